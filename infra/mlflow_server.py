@@ -1,0 +1,61 @@
+"""The local MLflow tracking server and model registry: `mlflow server` with a SQLite backend
+and artifacts served from the state folder (`$TRACETRAIN_HOME/mlflow/`)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import httpx
+
+from infra import processes
+from infra.config import MlflowSettings
+from tracetrain.errors import InfraError
+
+NAME = "mlflow"
+
+
+def _mlflow_bin() -> str:
+    beside = Path(sys.executable).with_name("mlflow")
+    found = str(beside) if beside.is_file() else shutil.which("mlflow")
+    if not found:
+        raise InfraError("the `mlflow` command is missing; run `make setup`")
+    return found
+
+
+def health_url(mlflow: MlflowSettings) -> str:
+    return f"http://{mlflow.host}:{mlflow.port}/health"
+
+
+def is_healthy(mlflow: MlflowSettings) -> bool:
+    try:
+        return httpx.get(health_url(mlflow), timeout=2.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def start(home: Path, mlflow: MlflowSettings) -> processes.ProcessRecord:
+    if mlflow.tracking_uri:
+        raise InfraError(f"TRACETRAIN_MLFLOW__TRACKING_URI is set ({mlflow.tracking_uri}): "
+                         "an external server is used, none is started here")
+    processes.require_free(mlflow.host, mlflow.port, "the MLflow server")
+    root = (Path(home) / "mlflow").resolve()
+    (root / "artifacts").mkdir(parents=True, exist_ok=True)
+    argv = [
+        _mlflow_bin(), "server",
+        "--host", mlflow.host, "--port", str(mlflow.port),
+        "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
+        "--artifacts-destination", str(root / "artifacts"),
+        "--serve-artifacts",
+        "--workers", "1",
+    ]
+    record = processes.spawn(home, NAME, argv, address=f"{mlflow.host}:{mlflow.port}",
+                             health_url=health_url(mlflow))
+    processes.wait_until(lambda: is_healthy(mlflow), mlflow.start_timeout_s, "MLflow server",
+                         log=record.log, alive=lambda: processes.pid_alive(record.pid))
+    return record
+
+
+def stop(home: Path) -> bool:
+    return processes.stop(home, NAME)

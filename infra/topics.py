@@ -1,0 +1,109 @@
+"""The design's topics, created idempotently from settings.
+
+    tracetrain topics create
+    tracetrain topics list
+
+spans, rewards and air are co-partitioned (same partition count, same key: rollout_id) so
+that one Faust worker sees all events of a rollout; a mismatch is refused, in settings and on
+the cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from infra.config import TopicSettings
+from tracetrain.errors import ConfigError, InfraError
+
+CO_PARTITIONED = ("spans", "rewards", "air")
+ALL_TOPICS = ("spans", "rewards", "air", "transitions", "checkpoints", "dlq")
+
+
+@dataclass
+class TopicInfo:
+    name: str
+    partitions: int
+    replication: int
+    end_offsets: list[int]
+
+    @property
+    def messages(self) -> int:
+        return sum(self.end_offsets)
+
+
+def planned_partitions(topics: TopicSettings) -> dict[str, int]:
+    counts = {short: topics.partitions for short in ALL_TOPICS}
+    counts["checkpoints"] = 1  # one registry stream, read in order
+    for short in CO_PARTITIONED:
+        override = getattr(topics, f"{short}_partitions")
+        if override is not None:
+            counts[short] = override
+    mismatched = {s: counts[s] for s in CO_PARTITIONED}
+    if len(set(mismatched.values())) > 1:
+        raise ConfigError([
+            "TRACETRAIN_TOPICS__{SPANS,REWARDS,AIR}_PARTITIONS: spans, rewards and air must "
+            f"have the same partition count for the rollout join (got {mismatched})"
+        ])
+    return counts
+
+
+def admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def create_topics(bootstrap: str, topics: TopicSettings, timeout_s: float = 30.0) -> list[str]:
+    """Create the missing topics; return the names created (empty when all existed)."""
+    counts = planned_partitions(topics)
+    client = admin(bootstrap)
+    existing = client.list_topics(timeout=timeout_s).topics
+    for short in CO_PARTITIONED:
+        name = topics.name(short)
+        if name in existing and len(existing[name].partitions) != counts[short]:
+            raise InfraError(
+                f"topic {name} exists with {len(existing[name].partitions)} partitions, "
+                f"settings say {counts[short]}: co-partitioning of spans, rewards and air "
+                "would break; use another TRACETRAIN_TOPICS__PREFIX or recreate the topics"
+            )
+    config = {"retention.ms": str(topics.retention_ms),
+              "min.insync.replicas": str(topics.min_insync_replicas)}
+    wanted = [
+        NewTopic(topics.name(short), num_partitions=counts[short],
+                 replication_factor=topics.replication, config=config)
+        for short in ALL_TOPICS if topics.name(short) not in existing
+    ]
+    if not wanted:
+        return []
+    created = []
+    for name, future in client.create_topics(wanted, request_timeout=timeout_s).items():
+        try:
+            future.result()
+            created.append(name)
+        except KafkaException as exc:
+            if exc.args[0].name() == "TOPIC_ALREADY_EXISTS":  # another process won the race
+                continue
+            raise InfraError(f"could not create topic {name}: {exc.args[0].str()}") from exc
+    return created
+
+
+def describe_topics(bootstrap: str, topics: TopicSettings, timeout_s: float = 10.0) -> list[TopicInfo]:
+    client = admin(bootstrap)
+    metadata = client.list_topics(timeout=timeout_s).topics
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "tracetrain-topics-list",
+                         "enable.auto.commit": False})
+    try:
+        infos = []
+        for short in ALL_TOPICS:
+            name = topics.name(short)
+            if name not in metadata:
+                continue
+            parts = metadata[name].partitions
+            ends = [consumer.get_watermark_offsets(TopicPartition(name, p), timeout=timeout_s)[1]
+                    for p in sorted(parts)]
+            replication = len(next(iter(parts.values())).replicas) if parts else 0
+            infos.append(TopicInfo(name, len(parts), replication, ends))
+        return infos
+    finally:
+        consumer.close()

@@ -1,0 +1,23 @@
+"""Settings of the producers: the Kafka publisher and its spool, the gateway, the tracer."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field, SecretStr
+
+
+class PublisherSettings(BaseModel):
+    compression: Literal["lz4", "zstd", "snappy", "gzip", "none"] = "lz4"
+    linger_ms: int = Field(5, ge=0)
+    batch_size: int = Field(256 * 1024, ge=1)
+    queue_max_messages: int = Field(100_000, ge=1)
+    max_block_ms: int = Field(50, ge=0, description="Longest a publish call may block the agent.")
+
+
+class GatewaySettings(BaseModel):
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    upstream_url: str = Field("http://127.0.0.1:8100/v1", description="OpenAI-compatible engine.")
+    api_keys: list[SecretStr] = Field(default_factory=list, description="Empty: no auth.")
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)

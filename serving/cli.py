@@ -1,0 +1,9 @@
+"""The `tracetrain` subcommands of the serving stage; `register` adds them to the main app."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add this stage's commands to the `tracetrain` app."""

