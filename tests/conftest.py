@@ -67,3 +67,28 @@ def _no_user_config():
     yield
     os.environ.pop("TRACETRAIN_CONFIG", None)
     os.environ.update(saved)
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def base_model_dir() -> Path:
+    """The default model as safetensors, converted once into the repo's (git-ignored)
+    `.tracetrain/` so that later test sessions and `make demo` reuse it."""
+    from tracetrain.base_model import DEFAULT_MODEL, resolve_base_model
+
+    return resolve_base_model(DEFAULT_MODEL, REPO / ".tracetrain")
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tt_home):
+    """A real `mlflow server` (SQLite, local artifacts) on a free port for the session."""
+    from infra import mlflow_server as server
+    from infra.config import MlflowSettings
+
+    mlflow = MlflowSettings(port=processes.free_port())
+    home = tt_home / "session-mlflow"
+    server.start(home, mlflow)
+    yield mlflow
+    server.stop(home)
