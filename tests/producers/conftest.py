@@ -1,0 +1,76 @@
+"""Fixtures of the producers tests: a broker of our own (so a test can stop and restart it
+without disturbing the session broker), and a consumer helper that reads back what arrived."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from infra import processes, topics
+from infra.config import KafkaSettings, TopicSettings
+from infra.kafka import broker
+from schemas import Codec
+from tracetrain.settings import load_settings
+
+
+class OwnBroker:
+    def __init__(self, home, kafka: KafkaSettings):
+        self.home, self.kafka = home, kafka
+
+    def stop(self) -> None:
+        broker.stop(self.home)
+
+    def start(self) -> None:
+        broker.start(self.home, self.kafka, brokers=1)
+
+
+@pytest.fixture(scope="module")
+def own_broker(tmp_path_factory):
+    home = tmp_path_factory.mktemp("own-kafka")
+    kafka = KafkaSettings(port=processes.free_port(), controller_port=processes.free_port(),
+                          heap_mb=384)
+    kafka = kafka.model_copy(update={"bootstrap_servers": broker.bootstrap(kafka, 1)})
+    own = OwnBroker(home, kafka)
+    own.start()
+    yield own
+    own.stop()
+
+
+@pytest.fixture
+def own_settings(own_broker, tmp_path):
+    """Settings on our own broker with fresh topics and a per-test home (spools live there)."""
+    t = TopicSettings(prefix=f"p-{uuid.uuid4().hex[:8]}", partitions=4)
+    topics.create_topics(own_broker.kafka.bootstrap_servers, t)
+    return load_settings().model_copy(update={"kafka": own_broker.kafka, "topics": t,
+                                              "home": tmp_path})
+
+
+def consume(bootstrap: str, topic: str, expected: int, timeout_s: float = 60.0,
+            name: str = "Span", settle_s: float = 1.0) -> list[tuple[str, dict]]:
+    """(key, decoded value) of every record of `topic`, in partition order; waits for
+    `expected` records, then a little longer so that duplicates would show."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "log_level": 3})
+    meta = consumer.list_topics(topic, timeout=10).topics[topic]
+    consumer.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
+    codec = Codec()
+    out: list[tuple[str, dict]] = []
+    deadline = time.monotonic() + timeout_s
+    settle_until = None
+    try:
+        while time.monotonic() < deadline:
+            msgs = consumer.consume(1000, timeout=0.5)
+            for m in msgs:
+                if m.error():
+                    continue
+                out.append((m.key().decode(), codec.decode(m.value(), name)))
+            if len(out) >= expected:
+                settle_until = settle_until or time.monotonic() + settle_s
+                if time.monotonic() >= settle_until:
+                    break
+    finally:
+        consumer.close()
+    return out
