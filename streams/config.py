@@ -7,11 +7,56 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 
+class AirRuleSettings(BaseModel):
+    """Value of each automatic-intermediate-reward rule (0 disables a rule)."""
+
+    tool_ok: float = Field(0.1, description="A tool span that returned normally.")
+    tool_raised: float = Field(-0.5, description="A tool span that raised (status error / ok=false).")
+    tool_timeout: float = Field(-0.5, description="A tool span whose error says it timed out.")
+    nonzero_exit: float = Field(-0.5, description="A span with attribute exit_code != 0.")
+    sql_error: float = Field(-0.5, description="A span with attribute db.error / sql.error set.")
+    json_parse_failure: float = Field(
+        -0.5, description="An LLM output meant to be JSON (attribute response_format) that fails to parse."
+    )
+    malformed_tool_call: float = Field(
+        -0.5, description="Tool arguments that are not a JSON object, or unparseable llm.tool_calls."
+    )
+    timeout_pattern: str = Field(r"(?i)time[d ]?\s?out", description="Regex on a tool error message.")
+
+
 class StreamsSettings(BaseModel):
-    app_id: str = "tracetrain-streams"
-    web_port: int = Field(6066, ge=1, le=65535)
+    app_id: str = Field(
+        "streams", description="Faust app id; the consumer group is '<topics.prefix>-<app_id>'."
+    )
+    web_host: str = "127.0.0.1"
+    web_port: int = Field(6066, ge=1, le=65535, description="Faust web: /metrics, health.")
     idle_timeout_s: float = Field(300.0, gt=0, description="A rollout with no events closes.")
+    close_grace_s: float = Field(
+        0.5, ge=0,
+        description="After a final reward (or end marker), how long the spans/air partition must "
+        "be quiet, if no later span has been seen there, before the rollout closes.",
+    )
+    timer_interval_s: float = Field(0.1, gt=0, description="How often closes/time-outs are checked.")
+    on_timeout: Literal["dlq", "emit"] = Field(
+        "dlq", description="A timed-out rollout: to the DLQ, or emitted with the rewards seen so far."
+    )
+    late_policy: Literal["dlq", "ignore"] = Field(
+        "dlq", description="Events for a closed rollout: to the DLQ (reason late_event) or only counted."
+    )
+    closed_retention_s: float = Field(
+        3600.0, gt=0, description="How long a closed rollout is remembered to recognise late events."
+    )
+    end_marker_attribute: str = Field(
+        "tracetrain.rollout_end", description="A span attribute with value 'true' ends its rollout."
+    )
     credit: Literal["identical", "air", "discounted"] = "identical"
     gamma: float = Field(1.0, ge=0.0, le=1.0)
     select_agents: str | None = Field(None, description="Regex of agent names to train; None: all.")
     select_models: str | None = Field(None, description="Regex of model names to train; None: all.")
+    select_policies: str | None = Field(
+        None, description="Regex of policy names to train; None: all (spans without one pass)."
+    )
+    air_rules: AirRuleSettings = AirRuleSettings()
+
+    def group_id(self, prefix: str) -> str:
+        return f"{prefix}-{self.app_id}"

@@ -1,0 +1,211 @@
+"""The state of one rollout in the join, as stored (JSON bytes) in the Faust table keyed by
+rollout_id. Pure: the agents in `streams/app.py` feed it decoded events with the record's
+timestamp and the wall clock, ask whether it may close, and emit what it builds.
+
+Life cycle
+- Spans are deduplicated by span_id, AIR events by (span, rule, source), rewards by
+  (final, span, name, timestamp). Order does not matter: a reward may come before its spans.
+- A rollout closes on its first final reward, once the partition's spans and air streams have
+  caught up with that reward (a later record seen there, or `close_grace_s` of quiet), because
+  spans and rewards travel on different topics; if some of its spans were produced after the
+  reward (reward first), it also waits until the rollout has been quiet for `close_grace_s`.
+  Or on an end-marker span (closing with the rewards seen after `close_grace_s` if no final
+  reward came). Or after `idle_timeout_s`
+  without events (then emitted or sent to the DLQ by `on_timeout`).
+- A closed rollout emits its transitions once and is kept as a small tombstone for
+  `closed_retention_s`. Late policy: events after close change nothing; they are counted and
+  sent to the DLQ as "late_event" (or only counted, `late_policy=ignore`). A second, different
+  final reward before close is "extra_final_reward"; the first one wins.
+- Everything a transition holds derives from the events (no wall clock): `transition_id` is
+  a hash of rollout_id and span_id and `emitted_ns` is the closing record's timestamp, so a
+  replay after a crash re-emits byte-identical transitions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+from streams.credit import assign
+
+ADDED, DUPLICATE, LATE, EXTRA_FINAL = "added", "duplicate", "late_event", "extra_final_reward"
+
+
+def transition_id(rollout_id: str, span_id: str) -> str:
+    return hashlib.sha256(f"{rollout_id}\x00{span_id}".encode()).hexdigest()[:32]
+
+
+@dataclass
+class Rollout:
+    rollout_id: str
+    partition: int
+    calls: dict[str, dict] = field(default_factory=dict)   # kept policy calls, by span_id
+    starts: dict[str, int] = field(default_factory=dict)   # start_time_ns of every span seen
+    air: dict[str, dict] = field(default_factory=dict)
+    rewards: dict[str, dict] = field(default_factory=dict)
+    task_id: str | None = None
+    final_key: str | None = None
+    final_ts_ns: int | None = None
+    end_ts_ns: int | None = None
+    end_wall: float | None = None
+    last_ts_ns: int = 0
+    last_span_ts_ns: int = 0
+    last_wall: float = 0.0
+    closed: str | None = None
+    closed_wall: float | None = None
+
+    # -- storage ----------------------------------------------------------------------------
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(asdict(self), separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Rollout:
+        return cls(**json.loads(data))
+
+    # -- events -----------------------------------------------------------------------------
+
+    def _touch(self, ts_ns: int, wall: float) -> None:
+        self.last_ts_ns = max(self.last_ts_ns, ts_ns)
+        self.last_wall = max(self.last_wall, wall)
+
+    def add_span(self, span: dict, keep: bool, ts_ns: int, wall: float, end_attribute: str) -> str:
+        if self.closed:
+            return LATE
+        span_id = span["span_id"]
+        if span_id in self.starts:
+            return DUPLICATE
+        self.starts[span_id] = span["start_time_ns"]
+        self.task_id = self.task_id or span.get("task_id")
+        if keep:
+            llm = span["llm"]
+            self.calls[span_id] = {
+                "agent_name": span.get("agent_name") or "", "task_id": span.get("task_id"),
+                "model": llm["model"], "policy_version": llm.get("policy_version"),
+                "prompt_token_ids": llm["prompt_token_ids"],
+                "response_token_ids": llm["response_token_ids"],
+                "behaviour_logprobs": llm.get("response_logprobs") or [],
+                "start": span["start_time_ns"],
+            }
+        if (span.get("attributes") or {}).get(end_attribute) == "true" and self.end_ts_ns is None:
+            self.end_ts_ns, self.end_wall = ts_ns, wall
+        self.last_span_ts_ns = max(self.last_span_ts_ns, ts_ns)
+        self._touch(ts_ns, wall)
+        return ADDED
+
+    def add_air(self, event: dict, ts_ns: int, wall: float) -> str:
+        if self.closed:
+            return LATE
+        key = f"{event['span_id']}|{event['rule']}|{event.get('source', 'derived')}"
+        if key in self.air:
+            return DUPLICATE
+        self.air[key] = {"span_id": event["span_id"], "value": float(event["value"])}
+        self._touch(ts_ns, wall)
+        return ADDED
+
+    def add_reward(self, reward: dict, ts_ns: int, wall: float) -> str:
+        if self.closed:
+            return LATE
+        final = bool(reward.get("final", True))
+        key = f"{final}|{reward.get('span_id')}|{reward.get('name')}|{reward['timestamp_ns']}"
+        if key in self.rewards:
+            return DUPLICATE
+        if final and self.final_key is not None:
+            return EXTRA_FINAL
+        self.rewards[key] = {"value": float(reward["value"]), "final": final,
+                             "span_id": reward.get("span_id")}
+        self.task_id = self.task_id or reward.get("task_id")
+        if final:
+            self.final_key, self.final_ts_ns = key, ts_ns
+        self._touch(ts_ns, wall)
+        return ADDED
+
+    # -- closing ----------------------------------------------------------------------------
+
+    def close_reason(self, now_wall: float, caught_up: Callable[[int], bool], grace_s: float,
+                     idle_timeout_s: float, quiet_since: float = 0.0) -> str | None:
+        """Why this rollout may close now, or None. `caught_up(ts_ns)`: have this partition's
+        spans and air streams been read past `ts_ns`? `quiet_since`: idle time counts from
+        no earlier than this (the worker's start, so a restart does not time out everything)."""
+        if self.closed:
+            return None
+        quiet = now_wall - max(self.last_wall, quiet_since) >= grace_s
+        if self.final_ts_ns is not None and self.starts and caught_up(self.final_ts_ns):
+            # Spans produced after the final reward: the reward came first, so only a quiet
+            # rollout tells that its spans are complete.
+            if self.last_span_ts_ns <= self.final_ts_ns or quiet:
+                return "final"
+        if self.end_ts_ns is not None and self.final_ts_ns is None and self.end_wall is not None \
+                and now_wall - max(self.end_wall, quiet_since) >= grace_s:
+            return "end"
+        if now_wall - max(self.last_wall, quiet_since) >= idle_timeout_s:
+            return "timeout"
+        return None
+
+    def final_reward(self) -> float:
+        """The first final reward plus every rollout-level (no span_id) non-final reward."""
+        return sum(r["value"] for r in self.rewards.values() if r["final"] or r["span_id"] is None)
+
+    def ordered_calls(self) -> list[str]:
+        return sorted(self.calls, key=lambda s: (self.calls[s]["start"], s))
+
+    def intermediate(self, order: list[str]) -> tuple[list[float], list[str]]:
+        """Per-call intermediate rewards (AIR and per-span rewards) and the span ids that
+        credit no known span. A credit on a non-policy span goes to the latest policy call
+        that started at or before it (the first call if none did)."""
+        totals = [0.0] * len(order)
+        index = {span_id: i for i, span_id in enumerate(order)}
+        starts = [self.calls[s]["start"] for s in order]
+        unknown: list[str] = []
+        credits = [(a["span_id"], a["value"]) for a in self.air.values()]
+        credits += [(r["span_id"], r["value"]) for r in self.rewards.values()
+                    if not r["final"] and r["span_id"] is not None]
+        for span_id, value in credits:
+            if span_id in index:
+                totals[index[span_id]] += value
+            elif span_id in self.starts and order:
+                at = bisect_right(starts, self.starts[span_id]) - 1
+                totals[max(at, 0)] += value
+            else:
+                unknown.append(span_id)
+        return totals, unknown
+
+    def emitted_ns(self, reason: str, idle_timeout_s: float) -> int:
+        if reason == "final" and self.final_ts_ns is not None:
+            return self.final_ts_ns
+        if reason == "end" and self.end_ts_ns is not None:
+            return self.end_ts_ns
+        return self.last_ts_ns + int(idle_timeout_s * 1e9)
+
+    def transitions(self, reason: str, mode: str, gamma: float, idle_timeout_s: float) -> list[dict]:
+        """One Transition record per kept call, in call order."""
+        order = self.ordered_calls()
+        inter, _ = self.intermediate(order)
+        credits = assign(mode, self.final_reward(), inter, gamma)
+        emitted = self.emitted_ns(reason, idle_timeout_s)
+        out = []
+        for turn, (span_id, credit) in enumerate(zip(order, credits, strict=True)):
+            call = self.calls[span_id]
+            out.append({
+                "transition_id": transition_id(self.rollout_id, span_id),
+                "rollout_id": self.rollout_id, "task_id": call["task_id"] or self.task_id,
+                "agent_name": call["agent_name"], "span_id": span_id, "model": call["model"],
+                "turn_index": turn, "is_last": turn == len(order) - 1,
+                "prompt_token_ids": call["prompt_token_ids"],
+                "response_token_ids": call["response_token_ids"],
+                "behaviour_logprobs": call["behaviour_logprobs"],
+                "policy_version": call["policy_version"],
+                "final_reward": credit.final_reward,
+                "intermediate_reward": credit.intermediate_reward,
+                "credited_return": credit.credited_return,
+                "span_start_ns": call["start"], "emitted_ns": emitted,
+            })
+        return out
+
+    def close(self, reason: str, wall: float) -> None:
+        """Become a tombstone: only what recognising late events needs."""
+        self.closed, self.closed_wall = reason, wall
+        self.calls, self.starts, self.air, self.rewards = {}, {}, {}, {}

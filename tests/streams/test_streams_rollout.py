@@ -1,0 +1,146 @@
+"""The rollout state machine against the independent reference, in any order, with
+duplicates; closing rules; late events; determinism of what it emits."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streams.air_rules import AirRules
+from streams.cleaning import Selector
+from streams.config import StreamsSettings
+from streams.rollout import DUPLICATE, EXTRA_FINAL, LATE, Rollout
+from streams.workload import generate, reference, rollout_events
+
+END = "tracetrain.rollout_end"
+
+
+def feed(events, streams: StreamsSettings) -> dict[str, Rollout]:
+    """What the join agents do, without Kafka: one partition, record ts = event index."""
+    rules, selector, states = AirRules(streams.air_rules), Selector.from_settings(streams), {}
+    for ts, (topic, key, _, record) in enumerate(events):
+        state = states.setdefault(key, Rollout(key, 0))
+        if topic == "spans":
+            if state.add_span(record, selector.classify(record) == "keep", ts, 0.0, END) == "added":
+                for air in rules.derive(record):
+                    state.add_air(air, ts, 0.0)
+        else:
+            state.add_reward(record, ts, 0.0)
+    return states
+
+
+def emitted(states, streams) -> dict[str, dict]:
+    out = {}
+    for state in states.values():
+        reason = state.close_reason(100.0, lambda ts: True, 0.0, 1e9)
+        if reason == "final":
+            for t in state.transitions(reason, streams.credit, streams.gamma, 1.0):
+                out[t["transition_id"]] = t
+    return out
+
+
+def assert_matches(got: dict, want: dict) -> None:
+    assert set(got) == set(want)
+    for tid, exp in want.items():
+        for name, value in exp.items():
+            if isinstance(value, float):
+                assert math.isclose(got[tid][name], value, abs_tol=1e-9), (tid, name)
+            else:
+                assert got[tid][name] == value, (tid, name)
+
+
+@pytest.mark.parametrize("mode", ["identical", "air", "discounted"])
+def test_clean_order_matches_reference(mode):
+    streams = StreamsSettings(credit=mode, gamma=0.9)
+    rollouts = generate(200, seed=1)
+    events = [e for g in rollouts for e in rollout_events(g)]
+    assert_matches(emitted(feed(events, streams), streams), reference(rollouts, streams))
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10_000), st.sampled_from(["identical", "air", "discounted"]))
+def test_any_order_with_duplicates_gives_the_same_transitions(seed, mode):
+    streams = StreamsSettings(credit=mode, gamma=0.8)
+    rollouts = generate(12, seed=seed, p_duplicate=0.3, p_reward_first=0.3)
+    events = [e for g in rollouts for e in rollout_events(g)]
+    random.Random(seed).shuffle(events)
+    events += random.Random(seed + 1).sample(events, k=len(events) // 4)  # replayed duplicates
+    assert_matches(emitted(feed(events, streams), streams), reference(rollouts, streams))
+
+
+def test_multi_agent_selection_keeps_only_selected_agents():
+    streams = StreamsSettings(select_agents="Writer|Rewriter", credit="air")
+    rollouts = generate(50, seed=3, agents=("Writer", "Rewriter", "Checker"))
+    events = [e for g in rollouts for e in rollout_events(g)]
+    got = emitted(feed(events, streams), streams)
+    assert {t["agent_name"] for t in got.values()} == {"Writer", "Rewriter"}
+    assert_matches(got, reference(rollouts, streams, trained_agents={"Writer", "Rewriter"}))
+
+
+def _span(sid, start, **attrs):
+    return {"span_id": sid, "start_time_ns": start, "attributes": attrs, "kind": "llm",
+            "llm": {"model": "m", "prompt_token_ids": [1], "response_token_ids": [2]}}
+
+
+def test_close_rules():
+    reward = {"rollout_id": "r", "value": 1.0, "final": True, "timestamp_ns": 5}
+    state = Rollout("r", 0)
+    state.add_reward(reward, ts_ns=10, wall=1.0)
+    assert state.close_reason(2.0, lambda ts: True, 0.5, 60) is None  # no spans yet
+    state.add_span(_span("a", 1), True, ts_ns=11, wall=1.1, end_attribute=END)
+    # reward came first: wait for a quiet rollout even if the partition caught up
+    assert state.close_reason(1.2, lambda ts: True, 0.5, 60) is None
+    assert state.close_reason(1.7, lambda ts: True, 0.5, 60) == "final"
+    assert state.close_reason(1.7, lambda ts: False, 0.5, 60) is None
+
+    ended = Rollout("e", 0)
+    ended.add_span(_span("a", 1, **{END: "true"}), True, ts_ns=3, wall=1.0, end_attribute=END)
+    assert ended.close_reason(1.2, lambda ts: True, 0.5, 60) is None
+    assert ended.close_reason(1.6, lambda ts: True, 0.5, 60) == "end"
+    assert ended.transitions("end", "identical", 1.0, 60)[0]["emitted_ns"] == 3
+
+    idle = Rollout("i", 0)
+    idle.add_span(_span("a", 1), True, ts_ns=7, wall=1.0, end_attribute=END)
+    assert idle.close_reason(61.5, lambda ts: True, 0.5, 60) == "timeout"
+    assert idle.close_reason(61.5, lambda ts: True, 0.5, 60, quiet_since=30.0) is None
+    assert idle.emitted_ns("timeout", 60) == 7 + 60 * 10**9
+
+
+def test_late_events_duplicates_and_extra_final():
+    state = Rollout("r", 2)
+    reward = {"rollout_id": "r", "value": 1.0, "final": True, "timestamp_ns": 5}
+    assert state.add_span(_span("a", 1), True, 1, 1.0, END) == "added"
+    assert state.add_span(_span("a", 1), True, 2, 1.0, END) == DUPLICATE
+    assert state.add_reward(reward, 3, 1.0) == "added"
+    assert state.add_reward(reward, 4, 1.0) == DUPLICATE
+    assert state.add_reward({**reward, "value": 0.0, "timestamp_ns": 9}, 4, 1.0) == EXTRA_FINAL
+    first = state.transitions("final", "identical", 1.0, 60)
+    assert first[0]["final_reward"] == 1.0
+    state.close("final", 2.0)
+    restored = Rollout.from_bytes(state.to_bytes())
+    assert restored.closed == "final" and restored.partition == 2
+    assert restored.add_span(_span("b", 2), True, 5, 3.0, END) == LATE
+    assert restored.add_reward(reward, 5, 3.0) == LATE
+    assert restored.add_air({"span_id": "a", "rule": "x", "value": 1.0}, 5, 3.0) == LATE
+    assert restored.close_reason(1e9, lambda ts: True, 0, 1) is None
+
+
+def test_state_roundtrip_gives_identical_transitions():
+    streams = StreamsSettings(credit="air")
+    rollouts = generate(30, seed=9)
+    states = feed([e for g in rollouts for e in rollout_events(g)], streams)
+    for state in states.values():
+        again = Rollout.from_bytes(state.to_bytes())
+        assert again.transitions("final", "air", 1.0, 5) == state.transitions("final", "air", 1.0, 5)
+
+
+def test_air_on_unknown_span_is_reported():
+    state = Rollout("r", 0)
+    state.add_span(_span("a", 1), True, 1, 1.0, END)
+    state.add_air({"span_id": "ghost", "rule": "x", "value": 1.0}, 2, 1.0)
+    inter, unknown = state.intermediate(state.ordered_calls())
+    assert inter == [0.0] and unknown == ["ghost"]
