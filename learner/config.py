@@ -8,15 +8,34 @@ from pydantic import BaseModel, Field
 
 
 class LearnerSettings(BaseModel):
-    group_id: str = "tracetrain-learner"
+    group_id: str = Field("tracetrain-learner", description="Consumer group on transitions.")
     mode: Literal["rl", "sft", "kto"] = "rl"
     advantage: Literal["group", "batch", "baseline"] = "group"
     batch_size: int = Field(8, ge=1, description="Transitions per micro-batch.")
     batch_timeout_s: float = Field(30.0, gt=0, description="A partial micro-batch closes after this.")
+    group_wait_s: float = Field(
+        60.0, ge=0, description="`group` advantages: how long a task's group waits for more rollouts."
+    )
+    group_size: int = Field(4, ge=2, description="`group` advantages: rollouts that complete a group.")
+    baseline_decay: float = Field(0.9, gt=0, lt=1, description="`baseline`: running-mean decay.")
     lr: float = Field(1e-4, gt=0)
     lora_r: int = Field(8, ge=1)
+    lora_alpha: int = Field(16, ge=1)
     full_finetune: bool = False
+    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo"] = Field(
+        "grpo", description="TRL GRPO loss variant used by the `rl` mode."
+    )
+    epsilon: float = Field(0.2, gt=0, description="PPO-style clip range of the importance ratio.")
+    beta: float = Field(0.0, ge=0, description="KL weight to the reference (adapter disabled).")
+    max_grad_norm: float = Field(1.0, gt=0)
+    max_length: int = Field(1024, ge=8, description="Prompt+response tokens kept (prompt cut left).")
+    sft_min_reward: float = Field(0.5, description="`sft`: transitions at or above this return.")
     max_staleness: int = Field(4, ge=0, description="Versions behind the current one tolerated.")
     staleness_policy: Literal["drop", "downweight"] = "drop"
+    staleness_weight: float = Field(
+        0.5, gt=0, le=1, description="`downweight`: factor per version beyond max_staleness."
+    )
     checkpoint_every_steps: int = Field(4, ge=1)
+    checkpoint_every_s: float | None = Field(None, gt=0, description="Also checkpoint after T s.")
+    dedupe_window: int = Field(200_000, ge=1, description="Transition ids remembered for dedupe.")
     seed: int = 0

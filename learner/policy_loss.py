@@ -1,0 +1,152 @@
+"""The `rl` step's loss: TRL's GRPO loss code, fed our stored batches.
+
+    trainer = build_grpo_trainer(model, tokenizer, settings.learner, work_dir)
+    loss, metrics = rl_loss(trainer, inputs_from(transitions, advantages, weights, ...))
+
+TRL entry points used, and why:
+- `trl.GRPOTrainer` is built ONCE with a one-row dummy dataset and a no-op reward function; we
+  never call `train()` (it would generate completions itself and rebuild its scheduler on every
+  call). Building it gets us TRL's model preparation: the PEFT wrapping from `peft_config`,
+  dropout disabled, and the fused LM head that yields per-token log-probabilities.
+- `GRPOTrainer._compute_loss(model, inputs)` is the loss: per-token log-probs of the stored
+  response tokens, the (token-level) importance ratio against `old_per_token_logps` (our stored
+  behaviour logprobs from the engine), two-sided PPO clipping with `epsilon`, the `loss_type`
+  normalisation, and the KL term to `ref_per_token_logps` when `beta > 0`. It also records clip
+  fractions, entropy and KL in `trainer._metrics`, which we read back per step.
+- `GRPOTrainer._get_per_token_logps_and_entropies` scores the reference (the same model with
+  the adapter disabled, exactly as TRL does for PEFT) and, in tests, response log-probs.
+- `Trainer.create_optimizer_and_scheduler` builds the one long-lived AdamW + constant schedule.
+The inputs dict mirrors what `_generate_and_score_completions` hands to `_compute_loss`:
+left-padded `prompt_ids`/`prompt_mask`, right-padded `completion_ids`/`completion_mask`,
+`advantages` (B,), `old_per_token_logps` (B, T), `num_items_in_batch`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import torch
+
+from learner.config import LearnerSettings
+
+
+def build_grpo_trainer(model, tokenizer, learner: LearnerSettings, work_dir: Path, peft_config=None):
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    args = GRPOConfig(
+        output_dir=str(work_dir),
+        per_device_train_batch_size=2,
+        num_generations=2,  # required >= 2 by GRPOConfig; unused, we never generate
+        learning_rate=learner.lr,
+        lr_scheduler_type="constant",
+        beta=learner.beta,
+        epsilon=learner.epsilon,
+        loss_type=learner.loss_type,
+        max_grad_norm=learner.max_grad_norm,
+        max_completion_length=learner.max_length,
+        gradient_checkpointing=False,
+        bf16=False,
+        use_cpu=not torch.cuda.is_available(),
+        report_to=[],
+        save_strategy="no",
+        logging_steps=1,
+        seed=learner.seed,
+        disable_dropout=True,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=_no_reward,
+            args=args,
+            train_dataset=Dataset.from_dict({"prompt": ["unused"]}),
+            processing_class=tokenizer,
+            peft_config=peft_config,
+        )
+    trainer.current_gradient_accumulation_steps = 1  # one optimizer step per micro-batch
+    return trainer
+
+
+def _no_reward(completions, **_):
+    return [0.0] * len(completions)
+
+
+def inputs_from(transitions: list[dict], advantages: list[float], weights: list[float],
+                pad_id: int, max_length: int, device: torch.device) -> dict:
+    """TRL's `_compute_loss` inputs from stored transitions; the prompt is cut from the left when
+    prompt + response exceed `max_length` (the response tokens are what is trained)."""
+    prompts, completions, logps = [], [], []
+    for t in transitions:
+        response = t["response_token_ids"][:max_length]
+        prompt = t["prompt_token_ids"][-max(1, max_length - len(response)):]
+        prompts.append(prompt)
+        completions.append(response)
+        logps.append(t["behaviour_logprobs"][: len(response)] or None)
+    b = len(transitions)
+    p_len = max(len(p) for p in prompts)
+    c_len = max(len(c) for c in completions)
+    prompt_ids = torch.full((b, p_len), pad_id, dtype=torch.long)
+    prompt_mask = torch.zeros((b, p_len), dtype=torch.long)
+    completion_ids = torch.full((b, c_len), pad_id, dtype=torch.long)
+    completion_mask = torch.zeros((b, c_len), dtype=torch.long)
+    old = torch.zeros((b, c_len), dtype=torch.float32)
+    has_old = torch.zeros(b, dtype=torch.bool)
+    for i, (p, c, lp) in enumerate(zip(prompts, completions, logps, strict=True)):
+        prompt_ids[i, p_len - len(p):] = torch.tensor(p)
+        prompt_mask[i, p_len - len(p):] = 1
+        completion_ids[i, : len(c)] = torch.tensor(c)
+        completion_mask[i, : len(c)] = 1
+        if lp is not None:
+            old[i, : len(lp)] = torch.tensor(lp, dtype=torch.float32)
+            has_old[i] = True
+    # Staleness down-weighting scales the advantage: the gradient of that sample shrinks.
+    adv = torch.tensor([a * w for a, w in zip(advantages, weights, strict=True)], dtype=torch.float32)
+    inputs = {
+        "prompt_ids": prompt_ids, "prompt_mask": prompt_mask,
+        "completion_ids": completion_ids, "completion_mask": completion_mask,
+        "advantages": adv, "old_logps": old, "has_old": has_old,
+        "num_items_in_batch": completion_mask.sum().float(),
+    }
+    return {k: v.to(device) for k, v in inputs.items()}
+
+
+def response_logps(trainer, model, inputs: dict) -> torch.Tensor:
+    """Per-token log-probs (B, T) of the completion tokens under `model` (no grad)."""
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+    mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+    with torch.no_grad():
+        logps, _, _ = trainer._get_per_token_logps_and_entropies(
+            model, ids, mask, inputs["completion_ids"].size(1))
+    return logps
+
+
+def rl_loss(trainer, model, inputs: dict) -> tuple[torch.Tensor, dict[str, float]]:
+    """TRL's GRPO loss on one micro-batch, and the metrics TRL recorded for it."""
+    trl_inputs = {k: inputs[k] for k in ("prompt_ids", "prompt_mask", "completion_ids",
+                                         "completion_mask", "advantages", "num_items_in_batch")}
+    has_old = inputs["has_old"]
+    if not bool(has_old.all()):
+        # No behaviour logprobs stored (e.g. a non-vLLM engine): fall back to the current
+        # policy, the on-policy ratio 1 that TRL itself uses when old logps are absent.
+        current = response_logps(trainer, model, inputs)
+        old = torch.where(has_old.unsqueeze(1), inputs["old_logps"], current)
+    else:
+        old = inputs["old_logps"]
+    trl_inputs["old_per_token_logps"] = old
+    if trainer.beta != 0.0:
+        if hasattr(model, "disable_adapter"):
+            with model.disable_adapter():
+                trl_inputs["ref_per_token_logps"] = response_logps(trainer, model, inputs)
+        else:
+            trl_inputs["ref_per_token_logps"] = response_logps(trainer, trainer.ref_model, inputs)
+    trainer._metrics["train"].clear()
+    loss = trainer._compute_loss(model, trl_inputs)
+    recorded = {k: v[-1] for k, v in trainer._metrics["train"].items() if v}
+    metrics = {
+        "clip_fraction": recorded.get("clip_ratio/region_mean", 0.0),
+        "entropy": recorded.get("entropy", 0.0),
+        "kl": recorded.get("kl", 0.0),
+    }
+    return loss, metrics

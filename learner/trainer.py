@@ -1,0 +1,173 @@
+"""The policy under training: base model + LoRA, one long-lived optimizer, one step per batch.
+
+    policy = PolicyTrainer(settings, work_dir)       # learner/loop.py builds one per process
+    metrics = policy.train_step(transitions, advantages, weights)
+    policy.save(dir, extra_state) / extra_state = policy.load(dir)
+
+Reads the base model from `resolve_base_model(settings.base_model, settings.home)` (or a local
+dir). Modes: `rl` runs TRL's GRPO loss (learner/policy_loss.py); `sft` and `kto` run TRL's
+SFTTrainer / KTOTrainer losses (learner/offline_modes.py). The optimizer and scheduler are
+built once by the TRL trainer (`create_optimizer_and_scheduler`) and stepped per micro-batch,
+so their state persists; `save`/`load` carry adapter, optimizer, scheduler and RNG state so a
+resumed learner continues exactly.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from learner.errors import LearnerError
+from learner.policy_loss import build_grpo_trainer, inputs_from, response_logps, rl_loss
+from tracetrain.base_model import resolve_base_model
+from tracetrain.settings import Settings
+
+LORA_TARGETS = ["q_proj", "v_proj"]
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+class PolicyTrainer:
+    def __init__(self, settings: Settings, work_dir: Path):
+        from peft import LoraConfig
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.settings = settings
+        self.learner = settings.learner
+        self.model_dir = resolve_base_model(settings.base_model, settings.home_dir)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        self.pad_id = self.tokenizer.pad_token_id
+        if self.pad_id is None:
+            self.pad_id = self.tokenizer.eos_token_id or 0
+        seed_everything(self.learner.seed)
+        base = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32)
+        self.vocab_size = base.config.vocab_size
+        peft_config = None if self.learner.full_finetune else LoraConfig(
+            r=self.learner.lora_r, lora_alpha=self.learner.lora_alpha, lora_dropout=0.0,
+            target_modules=LORA_TARGETS, task_type="CAUSAL_LM")
+        # The seed is set again right before the adapter is created so its init is reproducible.
+        seed_everything(self.learner.seed)
+        mode = self.learner.mode
+        if mode == "rl":
+            self.trl = build_grpo_trainer(base, self.tokenizer, self.learner, work_dir, peft_config)
+        elif mode in ("sft", "kto"):
+            from learner import offline_modes
+
+            self.trl = offline_modes.build(mode, base, self.tokenizer, self.learner, work_dir,
+                                           peft_config)
+        else:
+            raise LearnerError(f"learner mode {mode!r}: expected rl, sft or kto")
+        self.model = self.trl.model
+        self.device = next(self.model.parameters()).device
+        self.trl.create_optimizer_and_scheduler(num_training_steps=10**9)
+        self.optimizer, self.scheduler = self.trl.optimizer, self.trl.lr_scheduler
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.step = 0
+        seed_everything(self.learner.seed)
+
+    @property
+    def is_peft(self) -> bool:
+        return hasattr(self.model, "peft_config")
+
+    def inputs(self, transitions: list[dict], advantages: list[float], weights: list[float]):
+        return inputs_from(transitions, advantages, weights, self.pad_id, self.learner.max_length,
+                           self.device)
+
+    def response_logprob_sums(self, transitions: list[dict]) -> list[float]:
+        """Sum of log-probs of each stored response under the current policy (for tests)."""
+        self.model.eval()
+        inputs = self.inputs(transitions, [0.0] * len(transitions), [1.0] * len(transitions))
+        logps = response_logps(self._scorer(), self.model, inputs)
+        return (logps * inputs["completion_mask"]).sum(1).tolist()
+
+    def _scorer(self):
+        if self.learner.mode == "rl":
+            return self.trl
+        from learner import offline_modes
+
+        return offline_modes.scorer(self)
+
+    def train_step(self, transitions: list[dict], advantages: list[float],
+                   weights: list[float]) -> dict[str, float]:
+        started = time.perf_counter()
+        self.model.train()
+        inputs = self.inputs(transitions, advantages, weights)
+        if self.learner.mode == "rl":
+            loss, metrics = rl_loss(self.trl, self.model, inputs)
+        else:
+            from learner import offline_modes
+
+            loss, metrics = offline_modes.loss(self, transitions, advantages, inputs)
+        if loss is None:  # nothing in this batch is trainable in this mode (e.g. sft threshold)
+            return {"loss": 0.0, "skipped": 1.0}
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.learner.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        elapsed = max(time.perf_counter() - started, 1e-9)
+        tokens = int(inputs["prompt_mask"].sum() + inputs["completion_mask"].sum())
+        rewards = [t["credited_return"] for t in transitions]
+        return {
+            "loss": float(loss.detach()),
+            "mean_reward": sum(rewards) / len(rewards),
+            "mean_advantage": sum(advantages) / len(advantages),
+            "grad_norm": float(grad_norm),
+            "tokens": float(tokens),
+            "tokens_per_s": tokens / elapsed,
+            "transitions_per_s": len(transitions) / elapsed,
+            "step_s": elapsed,
+            **metrics,
+        }
+
+    # -- checkpoint state --------------------------------------------------------------------
+
+    def save(self, directory: Path, extra_state: dict) -> None:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        if self.is_peft:
+            self.model.save_pretrained(directory / "adapter")
+        else:
+            self.model.save_pretrained(directory / "model")
+        torch.save({
+            "step": self.step,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
+                    "numpy": np.random.get_state()},
+            "extra": extra_state,
+        }, directory / "trainer_state.pt")
+
+    def load(self, directory: Path) -> dict:
+        from safetensors.torch import load_file
+
+        directory = Path(directory)
+        if self.is_peft:
+            from peft import set_peft_model_state_dict
+
+            weights = load_file(directory / "adapter" / "adapter_model.safetensors")
+            set_peft_model_state_dict(self.model, weights)
+        else:
+            weights = load_file(directory / "model" / "model.safetensors")
+            self.model.load_state_dict(weights, strict=False)
+        state = torch.load(directory / "trainer_state.pt", weights_only=False)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["rng"]["torch"])
+        random.setstate(state["rng"]["python"])
+        np.random.set_state(state["rng"]["numpy"])
+        self.step = state["step"]
+        return state["extra"]
+
+    def trainable_state(self) -> dict[str, torch.Tensor]:
+        """The trained weights (the adapter under PEFT), for comparing two runs."""
+        return {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}

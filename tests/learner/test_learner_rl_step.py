@@ -1,0 +1,41 @@
+"""The `rl` step on TRL's GRPO loss moves a tiny real model the right way (no Kafka)."""
+
+from __future__ import annotations
+
+from learner_helpers import learner_settings, make_transition
+
+from learner.advantages import BatchAdvantage
+from learner.trainer import PolicyTrainer
+from tracetrain.settings import load_settings
+
+
+def test_rl_step_raises_good_and_lowers_bad_logprobs(tiny_model_dir, tmp_path):
+    settings = learner_settings(load_settings(home=tmp_path), tiny_model_dir, lr=5e-3,
+                                batch_size=4)
+    policy = PolicyTrainer(settings, tmp_path / "work")
+    good = [make_transition(i, ret=1.0, response=[410, 411, 412, 2]) for i in range(2)]
+    bad = [make_transition(i + 2, ret=0.0, response=[610, 611, 612, 2]) for i in range(2)]
+    batch = good + bad
+    # Behaviour logprobs as an engine would have reported them: from the starting policy.
+    for t, inputs_lp in zip(batch, _token_logps(policy, batch), strict=True):
+        t["behaviour_logprobs"] = inputs_lp
+    before = policy.response_logprob_sums(batch)
+    advantages = BatchAdvantage().compute(batch)
+    assert advantages[0] > 0 > advantages[2]
+    for _ in range(4):
+        metrics = policy.train_step(batch, advantages, [1.0] * 4)
+    after = policy.response_logprob_sums(batch)
+    assert policy.step == 4
+    for i in range(2):
+        assert after[i] > before[i] + 0.05, (before, after)
+        assert after[i + 2] < before[i + 2] - 0.05, (before, after)
+    assert metrics["grad_norm"] > 0 and metrics["tokens"] > 0
+    assert 0.0 <= metrics["clip_fraction"] <= 1.0
+
+
+def _token_logps(policy, batch):
+    from learner.policy_loss import response_logps
+
+    inputs = policy.inputs(batch, [0.0] * len(batch), [1.0] * len(batch))
+    logps = response_logps(policy.trl, policy.model, inputs)
+    return [logps[i, : len(t["response_token_ids"])].tolist() for i, t in enumerate(batch)]
