@@ -1,4 +1,4 @@
-"""Settings of the policy engines and the reloader."""
+"""Settings of the policy engines and the reloader (sections `engine` and `reloader`)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,40 @@ from pydantic import BaseModel, Field
 
 
 class EngineSettings(BaseModel):
-    backend: Literal["embedded", "vllm"] = "embedded"
+    backend: Literal["embedded", "vllm"] = Field(
+        "embedded", description="'embedded' (transformers + PEFT on CPU) or 'vllm' (GPU extra)."
+    )
     host: str = "127.0.0.1"
     port: int = Field(8100, ge=1, le=65535)
-    max_batch: int = Field(8, ge=1)
-    max_context: int = Field(2048, ge=16)
+    max_batch: int = Field(8, ge=1, description="Most waiting requests decoded in one batch.")
+    batch_wait_s: float = Field(
+        0.005, ge=0, description="How long the batcher waits for more requests to join a batch."
+    )
+    max_context: int = Field(2048, ge=16, description="Prompt plus max_tokens may not exceed it.")
+    default_max_tokens: int = Field(256, ge=1, description="max_tokens when a request omits it.")
+    served_name: str = Field(
+        "policy", description="Model name clients call; the base model's name is also accepted."
+    )
+    threads: int | None = Field(None, ge=1, description="torch threads; unset keeps torch's.")
+    start_timeout_s: float = Field(180.0, gt=0)
+    # vLLM launcher only.
+    max_lora_rank: int = Field(64, ge=1, description="vLLM --max-lora-rank.")
+    vllm_args: list[str] = Field(default_factory=list, description="Extra `vllm serve` arguments.")
 
 
 class ReloaderSettings(BaseModel):
-    alias: Literal["latest", "production"] = "latest"
-    poll_s: float = Field(2.0, gt=0)
+    alias: Literal["latest", "production"] = Field(
+        "latest", description="Registered-model alias the engine follows."
+    )
+    poll_s: float = Field(2.0, gt=0, description="Seconds between registry polls.")
+    follow_checkpoints_topic: bool = Field(
+        False, description="Also wake up on tracetrain.checkpoints events (needs Kafka)."
+    )
+    max_attempts: int = Field(
+        3, ge=1, description="Loads tried per version before it is marked broken and skipped."
+    )
+    retry_s: float = Field(1.0, ge=0, description="First back-off between retries (doubles).")
+    engine_url: str | None = Field(
+        None, description="Engine base URL; unset means http://engine.host:engine.port."
+    )
+    verify_timeout_s: float = Field(30.0, gt=0, description="Wait for the engine to report it.")

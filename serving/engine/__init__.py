@@ -1,0 +1,1 @@
+"""The embedded policy engine: an OpenAI-compatible server over transformers + PEFT (CPU)."""

@@ -1,0 +1,99 @@
+"""The real embedded engine with the real default model, through the official openai client."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import openai
+import pytest
+import torch
+from conftest import policy_info
+
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+@pytest.fixture(scope="module")
+def client(engine_url):
+    return openai.OpenAI(base_url=f"{engine_url}/v1", api_key="unused", max_retries=0,
+                         timeout=120)
+
+
+def forward_logprobs(reference, prompt_ids, token_ids):
+    model, _ = reference
+    ids = torch.tensor([prompt_ids + token_ids])
+    with torch.inference_mode():
+        logits = model(input_ids=ids).logits[0].float()
+    logprobs = torch.log_softmax(logits[len(prompt_ids) - 1:-1], dim=-1)
+    return logprobs.gather(1, torch.tensor(token_ids)[:, None])[:, 0].tolist()
+
+
+def test_chat_returns_text_token_ids_and_logprobs_of_a_forward_pass(client, reference):
+    raw = client.chat.completions.with_raw_response.create(
+        model="policy", messages=QUESTION, max_tokens=6, temperature=0, logprobs=True)
+    reply = raw.parse()
+    choice = reply.choices[0]
+    extra = reply.model_extra
+    _, tokenizer = reference
+    expected_prompt = tokenizer.apply_chat_template(QUESTION, add_generation_prompt=True,
+                                                    return_dict=True)["input_ids"]
+    assert extra["prompt_token_ids"] == list(expected_prompt)
+    token_ids = choice.model_extra["token_ids"]
+    assert len(token_ids) == 6 and choice.finish_reason == "length"
+    assert choice.message.content == tokenizer.decode(token_ids, skip_special_tokens=True)
+    assert "capital" in choice.message.content
+    served = [entry.logprob for entry in choice.logprobs.content]
+    assert [entry.token for entry in choice.logprobs.content] == [
+        tokenizer.decode([t]) for t in token_ids]
+    recomputed = forward_logprobs(reference, extra["prompt_token_ids"], token_ids)
+    assert served == pytest.approx(recomputed, abs=2e-3)
+    assert reply.usage.prompt_tokens == len(expected_prompt)
+    assert reply.usage.completion_tokens == 6
+    assert extra["policy_version"] == 0 and raw.headers["x-policy-version"] == "0"
+
+
+def test_concurrent_requests_are_batched_and_match_solo_greedy(client, engine_url):
+    prompts = [[{"role": "user", "content": text}] for text in
+               ("Hi", "Name a colour.", "What is two plus two? Answer briefly.", "Say yes.")]
+    ask = lambda messages: client.chat.completions.create(  # noqa: E731
+        model="policy", messages=messages, max_tokens=4, temperature=0)
+    solo = [ask(m).choices[0].model_extra["token_ids"] for m in prompts[:2]]
+    before = policy_info(engine_url)["batches"]
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        together = list(pool.map(ask, prompts))
+    info = policy_info(engine_url)
+    # Left padding must not change what a row generates.
+    assert [r.choices[0].model_extra["token_ids"] for r in together[:2]] == solo
+    assert info["largest_batch"] >= 2
+    assert info["batches"] - before < len(prompts)
+
+
+def test_sampling_honours_seed_temperature_and_stop(client, reference):
+    ask = lambda **kw: client.chat.completions.create(  # noqa: E731
+        model="policy", messages=QUESTION, max_tokens=5, **kw)
+    first, again = ask(temperature=1.2, seed=7), ask(temperature=1.2, seed=7)
+    assert first.choices[0].model_extra["token_ids"] == again.choices[0].model_extra["token_ids"]
+    # Sampled tokens still carry the model's own logprobs.
+    recomputed = forward_logprobs(reference, first.model_extra["prompt_token_ids"],
+                                  first.choices[0].model_extra["token_ids"])
+    assert [e.logprob for e in first.choices[0].logprobs.content] == pytest.approx(
+        recomputed, abs=2e-3)
+    stopped = client.chat.completions.create(model="policy", messages=QUESTION, max_tokens=8,
+                                             temperature=0, stop=[" of"])
+    assert stopped.choices[0].message.content == "The capital"
+    assert stopped.choices[0].finish_reason == "stop"
+
+
+def test_over_context_request_is_a_400_that_says_so(client):
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model="policy", messages=QUESTION, max_tokens=100_000)
+    assert "maximum context length is 2048" in str(info.value)
+
+
+def test_completions_and_models(client):
+    reply = client.completions.create(model="policy", prompt="The capital of France is",
+                                      max_tokens=3, temperature=0, logprobs=1)
+    choice = reply.choices[0]
+    assert len(choice.model_extra["token_ids"]) == 3
+    assert len(choice.logprobs.token_logprobs) == 3
+    assert "Paris" in choice.text
+    assert "policy" in {m.id for m in client.models.list().data}
