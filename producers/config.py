@@ -27,4 +27,9 @@ class GatewaySettings(BaseModel):
     port: int = Field(8000, ge=1, le=65535)
     upstream_url: str = Field("http://127.0.0.1:8100/v1", description="OpenAI-compatible engine.")
     api_keys: list[SecretStr] = Field(default_factory=list, description="Empty: no auth.")
-    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Larger requests get 413.")
+    upstream_api_key: SecretStr | None = Field(None, description="Bearer key sent upstream.")
+    upstream_timeout_s: float = Field(300.0, gt=0)
+    request_token_ids: bool = Field(
+        True, description="Ask upstream for return_token_ids and logprobs (vLLM, our engine)."
+    )

@@ -146,6 +146,11 @@ class Publisher:
         self._stop.set()
         self._thread.join(timeout=5)
         self._spool.close()
+        # Drop librdkafka now (not at garbage collection) so it stops reconnecting; whatever
+        # it still held is in the spool for the next start.
+        self._producer.purge()
+        self._producer.flush(0)
+        self._producer = None
         return left
 
     def __enter__(self) -> Publisher:
@@ -161,6 +166,8 @@ class Publisher:
         self._metrics[outcome].inc(n)
 
     def _on_delivery(self, sid: int, idx: int, err, msg) -> None:
+        if err is not None and self._closing:
+            return  # purged at close: it stays in the spool for the next start
         if err is None:
             self._done.append((sid, idx, True))
         elif err.retriable() and not err.fatal():

@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from pydantic import SecretStr
 
 from infra import processes, topics
 from infra.config import KafkaSettings, TopicSettings
@@ -74,3 +75,32 @@ def consume(bootstrap: str, topic: str, expected: int, timeout_s: float = 60.0,
     finally:
         consumer.close()
     return out
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    """The fixed-response OpenAI-compatible server (the one allowed double: an engine)."""
+    from producers.gateway.fixed_upstream import ServerThread, app
+
+    server = ServerThread(app(), processes.free_port()).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def gateway(kafka_settings, upstream, tmp_path):
+    """A real gateway (uvicorn, own port) in front of `upstream`, publishing to this test's
+    topics on the session broker. Yields (base url, settings, publisher)."""
+    from producers.gateway.app import create_app
+    from producers.gateway.fixed_upstream import ServerThread
+    from producers.publisher import Publisher
+
+    gw = kafka_settings.gateway.model_copy(update={
+        "upstream_url": upstream.url + "/v1", "max_body_bytes": 64 * 1024,
+        "api_keys": [SecretStr("key-1"), SecretStr("key-2")]})
+    settings = kafka_settings.model_copy(update={"gateway": gw})
+    pub = Publisher(settings, name="gw-test", spool_dir=tmp_path / "spool")
+    server = ServerThread(create_app(settings, publisher=pub), processes.free_port()).start()
+    yield server.url, settings, pub
+    server.stop()
+    pub.close(10)

@@ -1,0 +1,1 @@
+"""The OpenAI-compatible gateway: `tracetrain gateway` (see producers/gateway/app.py)."""

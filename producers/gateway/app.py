@@ -1,0 +1,182 @@
+"""The OpenAI-compatible gateway: every LLM call that passes through becomes a Span on Kafka.
+
+    tracetrain gateway            # uvicorn on settings.gateway.host:port
+
+Reads: OpenAI-style requests from agents (`/v1/chat/completions`, `/v1/completions`,
+`/v1/models`, also under `/rollouts/{rollout_id}/v1/...`), rewards (`POST /v1/rewards`) and
+OTLP/HTTP traces (`POST /v1/traces`). Forwards calls to `settings.gateway.upstream_url` (vLLM,
+the embedded engine, any OpenAI-compatible server) asking for token ids and logprobs.
+Writes: one Span per call (errors included) and Rewards, through the publisher.
+Serves `/metrics` (Prometheus) and `/healthz`.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import asynccontextmanager
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import Counter, Histogram, make_asgi_app
+
+from producers.gateway import capture
+from producers.gateway.guard import BadRequest, check_auth, read_json_body, validate_call
+from producers.gateway.ids import BadIdHeader, CallIds, call_ids
+from producers.publisher import Publisher
+from producers.records import new_id, new_span
+from tracetrain.settings import Settings
+
+CALLS = Counter("tracetrain_gateway_calls", "Calls by route and status class.", ["route", "status"])
+LATENCY = Histogram("tracetrain_gateway_upstream_seconds", "Upstream latency.", ["route"])
+# Hop-by-hop and length headers are recomputed by our server.
+_DROP = {"content-length", "transfer-encoding", "connection", "content-encoding", "keep-alive"}
+
+
+def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAPI:
+    gw = settings.gateway
+    upstream = gw.upstream_url.rstrip("/")
+    keys = {k.get_secret_value() for k in gw.api_keys}
+    state: dict = {}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        state["pub"] = publisher or Publisher(settings, name="gateway")
+        headers = {"authorization": f"Bearer {gw.upstream_api_key.get_secret_value()}"} \
+            if gw.upstream_api_key else {}
+        state["http"] = httpx.AsyncClient(timeout=gw.upstream_timeout_s, headers=headers)
+        yield
+        await state["http"].aclose()
+        if publisher is None:
+            state["pub"].close()
+
+    app = FastAPI(title="tracetrain gateway", lifespan=lifespan)
+    app.state.settings = settings
+    app.state.shared = state
+    app.mount("/metrics", make_asgi_app())
+
+    @app.middleware("http")
+    async def _size_limit(request: Request, call_next):
+        # Chunked bodies without a length are measured while the call routes read them.
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > gw.max_body_bytes:
+            return JSONResponse({"error": {
+                "message": f"request body of {declared} bytes exceeds the limit of "
+                           f"{gw.max_body_bytes}", "type": "invalid_request_error"}},
+                status_code=413)
+        return await call_next(request)
+
+    @app.exception_handler(BadRequest)
+    async def _bad_request(request: Request, exc: BadRequest):
+        CALLS.labels(request.url.path.rsplit("/", 1)[-1], f"{exc.status // 100}xx").inc()
+        return JSONResponse({"error": {"message": exc.message, "type": "invalid_request_error",
+                                       "param": exc.param}}, status_code=exc.status)
+
+    @app.exception_handler(BadIdHeader)
+    async def _bad_id(request: Request, exc: BadIdHeader):
+        return JSONResponse({"error": {"message": str(exc), "type": "invalid_request_error"}},
+                            status_code=400)
+
+    @app.get("/healthz")
+    async def healthz():
+        return {"ok": True, "pending": state["pub"].pending(), "counts": state["pub"].counts}
+
+    async def models(request: Request, rollout_id: str | None = None):
+        check_auth(request, keys)
+        try:
+            resp = await state["http"].get(f"{upstream}/models")
+        except httpx.HTTPError as exc:
+            raise BadRequest(502, f"upstream {upstream} unreachable: {exc!r}") from exc
+        return Response(resp.content, status_code=resp.status_code,
+                        media_type=resp.headers.get("content-type"))
+
+    async def chat(request: Request, rollout_id: str | None = None):
+        return await _call(request, "chat", "/chat/completions", rollout_id)
+
+    async def completions(request: Request, rollout_id: str | None = None):
+        return await _call(request, "completion", "/completions", rollout_id)
+
+    for prefix in ("", "/rollouts/{rollout_id}"):
+        app.add_api_route(f"{prefix}/v1/models", models, methods=["GET"])
+        app.add_api_route(f"{prefix}/v1/chat/completions", chat, methods=["POST"])
+        app.add_api_route(f"{prefix}/v1/completions", completions, methods=["POST"])
+
+    async def _call(request: Request, kind: str, path: str, path_rollout: str | None):
+        check_auth(request, keys)
+        ids = call_ids(request.headers, path_rollout)
+        body = await read_json_body(request, gw.max_body_bytes)
+        validate_call(kind, body)
+        sent = capture.prepare_request(kind, body, gw.request_token_ids)
+        span_id, start = new_id(8), time.time_ns()
+        out_headers = {"x-rollout-id": ids.rollout_id, "x-span-id": span_id}
+        req = state["http"].build_request("POST", upstream + path, json=sent)
+        try:
+            resp = await state["http"].send(req, stream=bool(body.get("stream")))
+        except httpx.HTTPError as exc:
+            message = f"upstream {upstream} unreachable: {exc!r}"
+            _record(ids, span_id, start, kind, body, None, None, 502, message)
+            CALLS.labels(kind, "5xx").inc()
+            return JSONResponse({"error": {"message": message, "type": "upstream_error"}},
+                                status_code=502, headers=out_headers)
+        headers = {k: v for k, v in resp.headers.items() if k.lower() not in _DROP}
+        headers.update(out_headers)
+        policy_header = resp.headers.get("x-policy-version")
+        if not body.get("stream") or resp.status_code >= 400:
+            if body.get("stream"):
+                await resp.aread()
+                await resp.aclose()
+            LATENCY.labels(kind).observe((time.time_ns() - start) / 1e9)
+            CALLS.labels(kind, f"{resp.status_code // 100}xx").inc()
+            try:
+                parsed = resp.json() if resp.status_code < 400 else None
+            except ValueError:
+                parsed = None
+            error = None if resp.status_code < 400 else resp.text[:2000]
+            if resp.status_code < 400 and not isinstance(parsed, dict):
+                error = f"upstream returned a non-JSON body: {resp.text[:200]!r}"
+            _record(ids, span_id, start, kind, body, parsed, policy_header, resp.status_code,
+                    error)
+            return Response(resp.content, status_code=resp.status_code, headers=headers)
+
+        assembler = capture.StreamAssembler(kind)
+
+        async def relay():
+            try:
+                async for chunk in resp.aiter_raw():
+                    assembler.feed(chunk)
+                    yield chunk
+            finally:
+                await resp.aclose()
+                LATENCY.labels(kind).observe((time.time_ns() - start) / 1e9)
+                CALLS.labels(kind, "2xx").inc()
+                _record(ids, span_id, start, kind, body, assembler.response(), policy_header,
+                        resp.status_code, assembler.error)
+
+        return StreamingResponse(relay(), status_code=resp.status_code, headers=headers)
+
+    def _record(ids: CallIds, span_id: str, start: int, kind: str, body: dict,
+                resp: dict | None, policy_header: str | None, status: int,
+                error: str | None) -> None:
+        llm, attrs = capture.llm_from_response(kind, body, resp or {}, policy_header)
+        attrs.update({"http.status_code": str(status), "gateway.endpoint": kind,
+                      "stream": str(bool(body.get("stream"))).lower()})
+        if ids.generated:
+            attrs["rollout_id_generated"] = "true"
+        span = new_span(
+            "llm", ids.rollout_id, trace_id=ids.trace_id, span_id=span_id,
+            parent_id=ids.parent_id, attempt_id=ids.attempt_id, task_id=ids.task_id,
+            agent_name=ids.agent_name, policy_name=ids.policy_name, start_time_ns=start,
+            end_time_ns=time.time_ns(), status="error" if error else "ok",
+            error_message=error, service="tracetrain-gateway", attributes=attrs, llm=llm)
+        state["pub"].publish_span(span)
+
+    from producers.gateway.rewards import add_reward_routes
+
+    add_reward_routes(app, state, keys, gw.max_body_bytes)
+    try:
+        from producers.gateway.otlp import add_otlp_routes
+    except ImportError:  # the OTLP receiver is optional: needs opentelemetry-proto
+        add_otlp_routes = None
+    if add_otlp_routes is not None:
+        add_otlp_routes(app, state, keys, gw.max_body_bytes)
+    return app

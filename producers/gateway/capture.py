@@ -1,0 +1,157 @@
+"""What the gateway records of a call: the LLM part of a Span from request and response bodies.
+
+Field names follow vLLM's OpenAI server: with `return_token_ids` a response carries
+`choices[i].token_ids` and `prompt_token_ids` (top level for chat, per choice for completions);
+logprobs are `choices[i].logprobs.content[j].logprob` (chat) or
+`choices[i].logprobs.token_logprobs` (completions). The policy version comes from a
+`policy_version` response field or the `X-Policy-Version` header. A stream is assembled chunk
+by chunk into the same shape as a non-streamed response, so one function records both.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from producers.records import llm_part
+
+
+def prepare_request(kind: str, body: dict, ask_token_ids: bool) -> dict:
+    """The body sent upstream: asks for token ids and logprobs unless the client chose."""
+    if not ask_token_ids:
+        return body
+    out = dict(body)
+    out.setdefault("return_token_ids", True)
+    if kind == "chat":
+        out.setdefault("logprobs", True)
+    else:
+        out.setdefault("logprobs", 1)
+    return out
+
+
+def _policy_version(resp: dict, header: str | None) -> int | None:
+    for value in (resp.get("policy_version"), header):
+        if value is None:
+            continue
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            continue
+    return None
+
+
+def _logprobs(kind: str, choice: dict) -> list[float]:
+    lp = choice.get("logprobs") or {}
+    if kind == "chat":
+        return [float(t.get("logprob", 0.0)) for t in (lp.get("content") or [])]
+    return [float(x) for x in (lp.get("token_logprobs") or []) if x is not None]
+
+
+def llm_from_response(kind: str, request: dict, resp: dict,
+                      policy_header: str | None) -> tuple[dict, dict[str, str]]:
+    """The Span's LLM part and extra attributes of one upstream response (choice 0)."""
+    choices = resp.get("choices") or [{}]
+    choice = choices[0] if isinstance(choices[0], dict) else {}
+    attrs: dict[str, str] = {}
+    if kind == "chat":
+        message = choice.get("message") or {}
+        text = message.get("content") or ""
+        if message.get("tool_calls"):
+            attrs["tool_calls"] = json.dumps(message["tool_calls"])
+        sent = request.get("messages", [])
+    else:
+        text = choice.get("text") or ""
+        sent = request.get("prompt", "")
+    if request.get("tools"):
+        attrs["tools"] = json.dumps(request["tools"])
+    if len(choices) > 1:
+        attrs["choices"] = str(len(choices))
+    prompt_ids = resp.get("prompt_token_ids") or choice.get("prompt_token_ids") or []
+    usage = resp.get("usage") or {}
+    llm = llm_part(
+        model=str(resp.get("model") or request.get("model") or ""),
+        policy_version=_policy_version(resp, policy_header),
+        request_messages=json.dumps(sent),
+        response_text=text,
+        prompt_token_ids=prompt_ids,
+        response_token_ids=choice.get("token_ids") or [],
+        response_logprobs=_logprobs(kind, choice),
+        finish_reason=choice.get("finish_reason"),
+        prompt_tokens=usage.get("prompt_tokens") if usage else None,
+        completion_tokens=usage.get("completion_tokens") if usage else None,
+    )
+    return llm, attrs
+
+
+class StreamAssembler:
+    """Collects an SSE stream (`data: {...}` lines) into one non-streamed-shaped response."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._buf = b""
+        self.resp: dict[str, Any] = {}
+        self.text: list[str] = []
+        self.token_ids: list[int] = []
+        self.logprobs: list[dict] = []
+        self.token_logprobs: list[float] = []
+        self.tool_calls: dict[int, dict] = {}
+        self.finish_reason: str | None = None
+        self.error: str | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        self._buf += chunk
+        *lines, self._buf = self._buf.split(b"\n")
+        for line in lines:
+            line = line.strip()
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                continue
+            try:
+                event = json.loads(data)
+            except ValueError:
+                self.error = f"upstream sent a stream line that is not JSON: {data[:80]!r}"
+                continue
+            self._event(event)
+
+    def _event(self, event: dict) -> None:
+        if "error" in event:
+            self.error = json.dumps(event["error"])[:2000]
+        for key in ("model", "policy_version", "prompt_token_ids", "usage", "id"):
+            if event.get(key) is not None:
+                self.resp[key] = event[key]
+        for choice in event.get("choices") or []:
+            if choice.get("index", 0) != 0:
+                continue
+            if self.kind == "chat":
+                delta = choice.get("delta") or {}
+                self.text.append(delta.get("content") or "")
+                for call in delta.get("tool_calls") or []:
+                    slot = self.tool_calls.setdefault(call.get("index", 0), {
+                        "id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+                    slot["id"] = call.get("id") or slot["id"]
+                    fn = call.get("function") or {}
+                    slot["function"]["name"] += fn.get("name") or ""
+                    slot["function"]["arguments"] += fn.get("arguments") or ""
+                self.logprobs += (choice.get("logprobs") or {}).get("content") or []
+            else:
+                self.text.append(choice.get("text") or "")
+                self.token_logprobs += (choice.get("logprobs") or {}).get("token_logprobs") or []
+            if choice.get("prompt_token_ids"):
+                self.resp["prompt_token_ids"] = choice["prompt_token_ids"]
+            self.token_ids += choice.get("token_ids") or []
+            self.finish_reason = choice.get("finish_reason") or self.finish_reason
+
+    def response(self) -> dict:
+        choice: dict[str, Any] = {"token_ids": self.token_ids, "finish_reason": self.finish_reason}
+        if self.kind == "chat":
+            message: dict[str, Any] = {"role": "assistant", "content": "".join(self.text)}
+            if self.tool_calls:
+                message["tool_calls"] = [self.tool_calls[i] for i in sorted(self.tool_calls)]
+            choice["message"] = message
+            choice["logprobs"] = {"content": self.logprobs}
+        else:
+            choice["text"] = "".join(self.text)
+            choice["logprobs"] = {"token_logprobs": self.token_logprobs}
+        return {**self.resp, "choices": [choice]}

@@ -1,0 +1,60 @@
+"""Who a call belongs to: rollout, attempt, task and agent ids from the request.
+
+Sources, first match wins: the path prefix `/rollouts/{rollout_id}/v1/...` (for clients that
+cannot set headers), then `X-Rollout-Id`, `X-Attempt-Id`, `X-Task-Id`, `X-Agent-Name`,
+`X-Policy-Name`, `X-Parent-Span-Id`; a call without a rollout id gets a generated one, which
+the gateway returns in the `X-Rollout-Id` response header.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from producers.records import new_id, new_rollout_id
+
+# Ids travel as Kafka keys and into file names downstream: keep them plain and bounded.
+ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
+HEADERS = {"rollout_id": "x-rollout-id", "attempt_id": "x-attempt-id", "task_id": "x-task-id",
+           "agent_name": "x-agent-name", "policy_name": "x-policy-name",
+           "parent_id": "x-parent-span-id", "trace_id": "x-trace-id"}
+
+
+class BadIdHeader(ValueError):
+    """An id header (or path segment) that does not look like an id; becomes a 400."""
+
+
+@dataclass
+class CallIds:
+    rollout_id: str
+    generated: bool
+    trace_id: str
+    attempt_id: str | None = None
+    task_id: str | None = None
+    agent_name: str = ""
+    policy_name: str | None = None
+    parent_id: str | None = None
+
+
+def _checked(name: str, value: str) -> str:
+    if not ID_PATTERN.match(value):
+        shown = value if len(value) <= 40 else value[:40] + "..."
+        raise BadIdHeader(f"{name} {shown!r} is not a valid id: expected 1-128 characters of "
+                          "[A-Za-z0-9._:@-], starting with a letter or digit")
+    return value
+
+
+def call_ids(headers, path_rollout_id: str | None) -> CallIds:
+    found: dict[str, str | None] = {}
+    for field, header in HEADERS.items():
+        value = headers.get(header)
+        found[field] = _checked(header.title(), value.strip()) if value is not None else None
+    rollout = found.pop("rollout_id")
+    if path_rollout_id is not None:
+        rollout = _checked("path rollout id", path_rollout_id)
+    generated = rollout is None
+    return CallIds(
+        rollout_id=rollout or new_rollout_id(), generated=generated,
+        trace_id=found.pop("trace_id") or new_id(16),
+        agent_name=found.pop("agent_name") or "", **found,
+    )
