@@ -10,6 +10,7 @@ the cluster.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -85,7 +86,21 @@ def create_topics(bootstrap: str, topics: TopicSettings, timeout_s: float = 30.0
             if exc.args[0].name() == "TOPIC_ALREADY_EXISTS":  # another process won the race
                 continue
             raise InfraError(f"could not create topic {name}: {exc.args[0].str()}") from exc
+    _wait_for_leaders(client, [t.topic for t in wanted], timeout_s)
     return created
+
+
+def _wait_for_leaders(client: AdminClient, names: list[str], timeout_s: float) -> None:
+    """Creation returns once the controller accepted it; clients need partition leaders."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        metadata = client.list_topics(timeout=timeout_s).topics
+        if all(name in metadata and metadata[name].partitions
+               and all(p.leader >= 0 for p in metadata[name].partitions.values())
+               for name in names):
+            return
+        time.sleep(0.2)
+    raise InfraError(f"topics {names} have no partition leaders after {timeout_s:.0f}s")
 
 
 def describe_topics(bootstrap: str, topics: TopicSettings, timeout_s: float = 10.0) -> list[TopicInfo]:
@@ -100,10 +115,25 @@ def describe_topics(bootstrap: str, topics: TopicSettings, timeout_s: float = 10
             if name not in metadata:
                 continue
             parts = metadata[name].partitions
-            ends = [consumer.get_watermark_offsets(TopicPartition(name, p), timeout=timeout_s)[1]
-                    for p in sorted(parts)]
+            ends = [_end_offset(consumer, name, p, timeout_s) for p in sorted(parts)]
             replication = len(next(iter(parts.values())).replicas) if parts else 0
             infos.append(TopicInfo(name, len(parts), replication, ends))
         return infos
     finally:
         consumer.close()
+
+
+def _end_offset(consumer: Consumer, topic: str, partition: int, timeout_s: float) -> int:
+    # Right after creation or a leader move the client's metadata can be stale for a moment:
+    # retriable errors are retried until the deadline.
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)[1]
+        except KafkaException as exc:
+            if not exc.args[0].retriable() and exc.args[0].name() not in (
+                    "NOT_LEADER_FOR_PARTITION", "_UNKNOWN_PARTITION", "LEADER_NOT_AVAILABLE"):
+                raise
+            if time.monotonic() > deadline:
+                raise InfraError(f"no end offset for {topic}[{partition}]: {exc.args[0].str()}") from exc
+            time.sleep(0.3)

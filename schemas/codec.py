@@ -13,7 +13,6 @@ import io
 import struct
 from typing import Any
 
-import fastavro
 from fastavro import schemaless_reader, schemaless_writer
 from fastavro.validation import ValidationError as AvroValidationError
 from fastavro.validation import validate
@@ -77,7 +76,8 @@ class Codec:
         try:
             validate(record, schema.parsed, raise_errors=True)
         except AvroValidationError as verr:
-            return f"{schema.name} record does not match its schema: {verr}"
+            detail = "; ".join(str(e) for e in getattr(verr, "errors", [verr]))
+            return f"{schema.name} record does not match its schema: {detail}"
         return f"{schema.name} record could not be written: {exc!r}"
 
     # -- reading ---------------------------------------------------------------------------

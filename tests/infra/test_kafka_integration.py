@@ -1,0 +1,119 @@
+"""The real broker: 10,000 spans through the codec and back, idempotent topic creation,
+and a three-broker cluster with replication 3."""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer
+
+from infra import processes, topics
+from infra.config import KafkaSettings, TopicSettings
+from infra.kafka import broker
+from schemas import Codec
+from tracetrain.errors import ConfigError, InfraError
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "schemas"))
+from records import span  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+
+def test_ten_thousand_spans_round_trip(kafka_settings):
+    codec = Codec()
+    rng = random.Random(3)
+    sent = {}
+    producer = Producer({"bootstrap.servers": kafka_settings.kafka.bootstrap_servers,
+                         "enable.idempotence": True, "acks": "all", "compression.type": "lz4",
+                         "linger.ms": 5})
+    for i in range(10_000):
+        record = span(rng, prompt_tokens=rng.randrange(1, 60), response_tokens=rng.randrange(1, 30))
+        record["span_id"] = f"s{i}"
+        sent[record["span_id"]] = record
+        producer.produce(kafka_settings.topics.spans, key=record["rollout_id"].encode(),
+                         value=codec.encode("Span", record))
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": kafka_settings.kafka.bootstrap_servers,
+                         "group.id": f"g-{kafka_settings.topics.prefix}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([kafka_settings.topics.spans])
+    received = {}
+    try:
+        idle = 0
+        while len(received) < len(sent) and idle < 30:
+            batch = consumer.consume(1000, timeout=1.0)
+            idle = 0 if batch else idle + 1
+            for msg in batch:
+                assert msg.error() is None, msg.error()
+                record = codec.decode(msg.value(), "Span")
+                assert msg.key().decode() == record["rollout_id"]
+                assert record["span_id"] not in received, "a span arrived twice"
+                received[record["span_id"]] = record
+    finally:
+        consumer.close()
+    assert len(received) == 10_000
+    for span_id, record in sent.items():
+        got = received[span_id]
+        assert got["llm"]["prompt_token_ids"] == record["llm"]["prompt_token_ids"]
+        assert got["llm"]["response_token_ids"] == record["llm"]["response_token_ids"]
+        assert got["trace_id"] == record["trace_id"] and got["attributes"] == record["attributes"]
+
+
+def test_topic_creation_twice_is_a_no_op(kafka_broker, topic_settings):
+    bootstrap = kafka_broker.bootstrap_servers
+    first = topics.create_topics(bootstrap, topic_settings)
+    assert sorted(first) == sorted(topic_settings.name(s) for s in topics.ALL_TOPICS)
+    assert topics.create_topics(bootstrap, topic_settings) == []
+    listed = {t.name: t for t in topics.describe_topics(bootstrap, topic_settings)}
+    assert listed[topic_settings.spans].partitions == 4
+    assert listed[topic_settings.checkpoints].partitions == 1
+    assert all(t.messages == 0 for t in listed.values())
+
+
+def test_co_partitioning_mismatch_is_refused(kafka_broker, topic_settings):
+    with pytest.raises(ConfigError, match="same partition count"):
+        topics.create_topics(kafka_broker.bootstrap_servers,
+                             topic_settings.model_copy(update={"rewards_partitions": 2}))
+    topics.create_topics(kafka_broker.bootstrap_servers, topic_settings)
+    # Existing topics with 4 partitions, settings now asking for 8: refused, not altered.
+    with pytest.raises(InfraError, match="exists with 4 partitions, settings say 8"):
+        topics.create_topics(kafka_broker.bootstrap_servers,
+                             topic_settings.model_copy(update={"partitions": 8}))
+
+
+def test_port_taken_is_a_clear_error(kafka_broker, tmp_path):
+    taken = int(kafka_broker.bootstrap_servers.rsplit(":", 1)[1])
+    with pytest.raises(InfraError, match=f"port 127.0.0.1:{taken} for Kafka broker 1 is already taken"):
+        broker.start(tmp_path, KafkaSettings(port=taken, controller_port=processes.free_port()))
+
+
+@pytest.mark.slow
+def test_three_brokers_replicate_three_ways(tmp_path):
+    base, cbase = _free_run(3), _free_run(3)
+    kafka = KafkaSettings(port=base, controller_port=cbase, heap_mb=256, brokers=3)
+    try:
+        started = broker.start(tmp_path, kafka, brokers=3)
+        assert len(started) == 3
+        bootstrap = broker.bootstrap(kafka, 3)
+        settings = TopicSettings(prefix="three", replication=3, min_insync_replicas=2)
+        topics.create_topics(bootstrap, settings)
+        infos = topics.describe_topics(bootstrap, settings)
+        assert infos and all(t.replication == 3 for t in infos)
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+        producer.produce(settings.spans, key=b"r", value=Codec().encode("Span", span()))
+        assert producer.flush(30) == 0
+    finally:
+        assert sorted(broker.stop(tmp_path)) == ["kafka-1", "kafka-2", "kafka-3"]
+
+
+def _free_run(n: int) -> int:
+    """A port p with p..p+n-1 all free (brokers take consecutive ports)."""
+    for _ in range(50):
+        start = processes.free_port()
+        if start + n < 65535 and not any(processes.port_in_use("127.0.0.1", start + i) for i in range(n)):
+            return start
+    raise RuntimeError("no run of free ports")

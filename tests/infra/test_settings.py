@@ -1,0 +1,52 @@
+"""The settings object: env and TOML sources, and every bad value reported at once."""
+
+from __future__ import annotations
+
+import pytest
+
+from tracetrain.errors import ConfigError
+from tracetrain.settings import load_settings
+
+
+def test_defaults_and_topic_names():
+    settings = load_settings()
+    assert settings.topics.spans == "tracetrain.spans"
+    assert settings.topics.dlq == "tracetrain.dlq"
+    assert settings.kafka.bootstrap_servers == "127.0.0.1:9092"
+
+
+def test_environment_overrides_nested_values(monkeypatch):
+    monkeypatch.setenv("TRACETRAIN_TOPICS__PREFIX", "exp7")
+    monkeypatch.setenv("TRACETRAIN_TOPICS__PARTITIONS", "8")
+    settings = load_settings()
+    assert settings.topics.transitions == "exp7.transitions"
+    assert settings.topics.partitions == 8
+
+
+def test_toml_file_is_read_and_env_wins(monkeypatch, tmp_path):
+    config = tmp_path / "tt.toml"
+    config.write_text('[kafka]\nport = 19092\n[learner]\nmode = "sft"\n')
+    monkeypatch.setenv("TRACETRAIN_CONFIG", str(config))
+    monkeypatch.setenv("TRACETRAIN_LEARNER__MODE", "kto")
+    settings = load_settings()
+    assert settings.kafka.port == 19092
+    assert settings.learner.mode == "kto"
+
+
+def test_all_invalid_values_are_reported_with_their_variable(monkeypatch):
+    monkeypatch.setenv("TRACETRAIN_KAFKA__PORT", "abc")
+    monkeypatch.setenv("TRACETRAIN_LEARNER__MODE", "ppo")
+    monkeypatch.setenv("TRACETRAIN_TOPICS__PREFIX", "bad prefix!")
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    text = str(info.value)
+    assert "TRACETRAIN_KAFKA__PORT" in text and "'abc'" in text
+    assert "TRACETRAIN_LEARNER__MODE" in text and "'rl', 'sft' or 'kto'" in text
+    assert "TRACETRAIN_TOPICS__PREFIX" in text
+    assert len(info.value.problems) == 3
+
+
+def test_settings_are_frozen():
+    settings = load_settings()
+    with pytest.raises(ValueError):
+        settings.home = "elsewhere"
