@@ -23,6 +23,8 @@ from prometheus_client import Counter, Histogram, make_asgi_app
 from producers.gateway import capture
 from producers.gateway.guard import BadRequest, check_auth, read_json_body, validate_call
 from producers.gateway.ids import BadIdHeader, CallIds, call_ids
+from producers.gateway.otlp import add_otlp_routes
+from producers.gateway.rewards import add_reward_routes
 from producers.publisher import Publisher
 from producers.records import new_id, new_span
 from tracetrain.settings import Settings
@@ -170,13 +172,6 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
             error_message=error, service="tracetrain-gateway", attributes=attrs, llm=llm)
         state["pub"].publish_span(span)
 
-    from producers.gateway.rewards import add_reward_routes
-
     add_reward_routes(app, state, keys, gw.max_body_bytes)
-    try:
-        from producers.gateway.otlp import add_otlp_routes
-    except ImportError:  # the OTLP receiver is optional: needs opentelemetry-proto
-        add_otlp_routes = None
-    if add_otlp_routes is not None:
-        add_otlp_routes(app, state, keys, gw.max_body_bytes)
+    add_otlp_routes(app, state, keys, gw.max_body_bytes)
     return app
