@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from infra import mlflow_server, processes, stack, topics
+from infra import processes, stack, topics
 from infra.kafka import broker
 from tracetrain.settings import get_settings
 
@@ -106,12 +106,20 @@ def status() -> None:
     console.print(f"MLflow UI: {settings.mlflow.uri}")
 
 
+def demo(spans: int = typer.Option(5, help="Spans to publish and read back.")) -> None:
+    """Bring the stack up, publish and read back a few spans, stop everything."""
+    from infra import smoke_demo
+
+    found = smoke_demo.run(get_settings(), spans, console, status)
+    if found != spans:
+        raise typer.Exit(1)
+
+
 def register(app: typer.Typer) -> None:
+    app.command("demo")(demo)
     app.add_typer(kafka_app, name="kafka")
     app.add_typer(topics_app, name="topics")
     app.command("up")(up)
     app.command("down")(down)
     app.command("status")(status)
 
-
-__all__ = ["register", "mlflow_server"]

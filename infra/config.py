@@ -17,7 +17,7 @@ class KafkaSettings(BaseModel):
         9192, ge=1, le=65535, description="KRaft controller port of the first local broker."
     )
     heap_mb: int = Field(512, ge=128, description="JVM heap of each local broker.")
-    start_timeout_s: float = Field(60.0, gt=0)
+    start_timeout_s: float = Field(180.0, gt=0)
 
 
 class TopicSettings(BaseModel):
@@ -76,7 +76,8 @@ class MlflowSettings(BaseModel):
     )
     experiment: str = "tracetrain"
     registered_model: str = "tracetrain-policy"
-    start_timeout_s: float = Field(90.0, gt=0)
+    # mlflow server imports a lot: ~20 s idle, minutes on a loaded 2-core machine.
+    start_timeout_s: float = Field(300.0, gt=0)
 
     @property
     def uri(self) -> str:
