@@ -50,10 +50,17 @@ def start(home: Path, mlflow: MlflowSettings) -> processes.ProcessRecord:
         "--serve-artifacts",
         "--workers", "1",
     ]
+    # MLflow 3's job runner starts eight more Python processes (huey consumers) that importing
+    # mlflow on a small machine makes start-up take minutes; the registry does not need them.
     record = processes.spawn(home, NAME, argv, address=f"{mlflow.host}:{mlflow.port}",
-                             health_url=health_url(mlflow))
-    processes.wait_until(lambda: is_healthy(mlflow), mlflow.start_timeout_s, "MLflow server",
-                         log=record.log, alive=lambda: processes.pid_alive(record.pid))
+                             health_url=health_url(mlflow),
+                             env={"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
+    try:
+        processes.wait_until(lambda: is_healthy(mlflow), mlflow.start_timeout_s, "MLflow server",
+                             log=record.log, alive=lambda: processes.pid_alive(record.pid))
+    except InfraError:
+        processes.stop(home, NAME)  # a server that missed its start-up bound must not linger
+        raise
     return record
 
 
