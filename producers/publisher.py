@@ -26,7 +26,7 @@ from functools import partial
 from pathlib import Path
 
 from confluent_kafka import KafkaException, Producer
-from prometheus_client import Counter
+from prometheus_client import Counter, start_http_server
 
 from producers.errors import ProducerError
 from producers.spool import Spool
@@ -41,6 +41,16 @@ RECORDS = Counter(
     "spooled (went through the disk spool), retried (re-sent after a retriable error).",
     ["publisher", "outcome"],
 )
+
+
+_metrics_server: list[int] = []
+
+
+def serve_metrics(port: int) -> None:
+    """Expose this process's Prometheus metrics on `port` (once per process)."""
+    if not _metrics_server:
+        start_http_server(port, addr="127.0.0.1")
+        _metrics_server.append(port)
 
 
 def producer_config(settings: Settings) -> dict:
@@ -75,6 +85,8 @@ class Publisher:
         self._spool = Spool(spool_dir or settings.home_dir / "spool" / name,
                             settings.publisher.spool_segment_mb * 1024 * 1024)
         self._producer = Producer(producer_config(settings))
+        if settings.publisher.metrics_port is not None:
+            serve_metrics(settings.publisher.metrics_port)
         self._lock = threading.Lock()  # order of spool appends == order handed to librdkafka
         self._done: deque = deque()
         self._retry: deque = deque()

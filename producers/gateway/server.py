@@ -9,9 +9,11 @@ $TRACETRAIN_HOME and `/healthz` as its health URL.
 
 from __future__ import annotations
 
+import json
 import sys
 
 import uvicorn
+from pydantic import SecretStr
 
 from infra import processes
 from producers.gateway.app import create_app
@@ -37,13 +39,19 @@ def start_detached(settings: Settings) -> processes.ProcessRecord:
 
 
 def _env(settings: Settings) -> dict[str, str]:
-    # The child builds its own Settings from the environment: hand over what matters.
-    gw, k, t = settings.gateway, settings.kafka, settings.topics
-    return {
-        "TRACETRAIN_HOME": str(settings.home_dir),
-        "TRACETRAIN_KAFKA__BOOTSTRAP_SERVERS": k.bootstrap_servers,
-        "TRACETRAIN_TOPICS__PREFIX": t.prefix,
-        "TRACETRAIN_GATEWAY__HOST": gw.host,
-        "TRACETRAIN_GATEWAY__PORT": str(gw.port),
-        "TRACETRAIN_GATEWAY__UPSTREAM_URL": gw.upstream_url,
-    }
+    """The settings the child needs, as TRACETRAIN_* variables (it builds its own Settings)."""
+    env = {"TRACETRAIN_HOME": str(settings.home_dir),
+           "TRACETRAIN_KAFKA__BOOTSTRAP_SERVERS": settings.kafka.bootstrap_servers}
+    if settings.schema_registry.url:
+        env["TRACETRAIN_SCHEMA_REGISTRY__URL"] = settings.schema_registry.url
+    for section in ("gateway", "publisher", "topics"):
+        for name, value in getattr(settings, section):
+            if value is None:
+                continue
+            if isinstance(value, SecretStr):
+                value = value.get_secret_value()
+            elif isinstance(value, list):
+                value = json.dumps([v.get_secret_value() if isinstance(v, SecretStr) else v
+                                    for v in value])
+            env[f"TRACETRAIN_{section.upper()}__{name.upper()}"] = str(value)
+    return env
