@@ -3,7 +3,7 @@
     python tests/producers/publish_child.py '{"bootstrap":..., "prefix":..., "spool":..., "n":5000,
                                               "mode": "publish" | "drain"}'
 
-publish: publishes n spans (20 rollouts, `seq` attribute), prints PUBLISHED n, then waits to be
+publish: publishes n spans (20 rollouts, `seq` attribute), prints PROGRESS k every 250 and PUBLISHED n, then waits to be
 killed. drain: opens the same spool (replaying what the killed one left), flushes, prints DRAINED.
 """
 
@@ -25,6 +25,8 @@ pub = Publisher(settings, name="child", spool_dir=args["spool"])
 if args["mode"] == "publish":
     for i in range(args["n"]):
         pub.publish_span(new_span("llm", f"r{i % 20}", attributes={"seq": str(i)}))
+        if (i + 1) % 250 == 0:
+            print(f"PROGRESS {i + 1}", flush=True)  # these many publish calls have returned
     print(f"PUBLISHED {args['n']}", flush=True)
     time.sleep(600)
 else:
