@@ -1,0 +1,86 @@
+"""The calc agent against a scripted OpenAI-compatible server (a stand-in for the policy, whose
+answers are fixed so that the agent's tool loop can be checked), with the real tracer and
+publisher writing to the real broker."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Consumer
+from fastapi import FastAPI, Request
+
+from examples.calc.agent import CalcAgent
+from examples.calc.problems import Problem
+from infra import processes
+from producers.gateway.fixed_upstream import ServerThread
+from producers.publisher import Publisher
+from producers.tracer import Tracer
+from schemas import Codec
+
+pytestmark = pytest.mark.integration
+
+
+def scripted_policy(replies: list[str], seen: list[dict]) -> FastAPI:
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        body = await request.json()
+        seen.append({"headers": dict(request.headers), "messages": body["messages"]})
+        text = replies[min(len(seen) - 1, len(replies) - 1)]
+        return {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": text}}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+
+    return app
+
+
+def _drain(settings, topic: str, rollout_id: str, want: int, name: str) -> list[dict]:
+    consumer = Consumer({"bootstrap.servers": settings.kafka.bootstrap_servers,
+                         "group.id": f"calc-{topic}-{rollout_id}", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    found, deadline = [], time.monotonic() + 30
+    while len(found) < want and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and not msg.error():
+            record = Codec().decode(msg.value(), name)
+            if record["rollout_id"] == rollout_id:
+                found.append(record)
+    consumer.close()
+    return found
+
+
+@pytest.mark.parametrize("replies, reward, tool_ok", [
+    (["<tool>calc: 17*23", "ANSWER: 391"], 1.0, True),
+    (["<tool>calc: import os", "ANSWER: 5"], 0.0, False),
+])
+def test_agent_uses_the_tool_and_is_rewarded(kafka_settings, tmp_path, replies, reward, tool_ok):
+    seen: list[dict] = []
+    port = processes.free_port()
+    server = ServerThread(scripted_policy(replies, seen), port).start()
+    publisher = Publisher(kafka_settings, name="calc-test", spool_dir=tmp_path / "spool")
+    try:
+        agent = CalcAgent(f"http://127.0.0.1:{port}/v1", tracer=Tracer(publisher, agent="calc"))
+        episode = agent.solve(Problem("What is 17 times 23?", 391, 1, "17*23"), task_id="t-17x23")
+        publisher.flush()
+    finally:
+        publisher.close()
+        server.stop()
+    assert episode.reward == reward and episode.tool_calls == 1
+    assert episode.tool_errors == (0 if tool_ok else 1)
+    # The tool result went back to the policy as the next user turn.
+    fed_back = seen[1]["messages"][-1]["content"]
+    if tool_ok:
+        assert fed_back == "Result: 391"
+    else:
+        assert fed_back.startswith("Error: ") and "is not an arithmetic expression" in fed_back
+    assert all(s["headers"]["x-rollout-id"] == episode.rollout_id for s in seen)
+    assert seen[0]["headers"]["x-task-id"] == "t-17x23"
+    spans = _drain(kafka_settings, kafka_settings.topics.spans, episode.rollout_id, 2, "Span")
+    tools = [s for s in spans if s["kind"] == "tool"]
+    assert len(tools) == 1 and tools[0]["tool"]["name"] == "calc"
+    assert tools[0]["tool"]["ok"] is tool_ok
+    rewards = _drain(kafka_settings, kafka_settings.topics.rewards, episode.rollout_id, 1, "Reward")
+    assert [(r["value"], r["final"]) for r in rewards] == [(reward, True)]
