@@ -36,7 +36,11 @@ _PARENT: contextvars.ContextVar[str | None] = contextvars.ContextVar("tt_parent"
 
 def _json(value) -> str:
     try:
-        return json.dumps(value, default=repr)
+        return json.dumps(value)  # the shared default encoder: the cheap path
+    except (TypeError, ValueError):
+        pass
+    try:
+        return json.dumps(value, default=repr)  # objects json does not know
     except (TypeError, ValueError):  # circular structures
         return json.dumps(repr(value))
 
