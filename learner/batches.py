@@ -119,12 +119,14 @@ class TransitionBatcher:
         return self.stop_offsets is not None and self._done >= set(self.stop_offsets)
 
     def next_batch(self, current_version: int, timeout_s: float | None = None,
-                   stop: Event | None = None) -> MicroBatch | None:
-        """The next micro-batch (possibly partial when the timeout or the range end closes it);
-        None when nothing at all arrived in time or a replay range is exhausted."""
+                   stop: Event | None = None, first_wait_s: float | None = None
+                   ) -> MicroBatch | None:
+        """The next micro-batch, closed by size, by `timeout_s` after its first record, or by
+        the end of a replay range; None when nothing arrived within `first_wait_s` (default
+        `timeout_s`) or the range is exhausted."""
         timeout_s = self.learner.batch_timeout_s if timeout_s is None else timeout_s
         batch = MicroBatch([], [], [], {})
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + (timeout_s if first_wait_s is None else first_wait_s)
         while len(batch) < self.learner.batch_size and not self.exhausted:
             if stop is not None and stop.is_set():
                 break
@@ -206,7 +208,7 @@ class TransitionBatcher:
 
     def commit(self, offsets: dict[str, int]) -> None:
         """Commit `offsets` for the group, synchronously (called after registration)."""
-        if not offsets or self.stop_offsets is not None:
+        if not offsets:
             return
         parts = [TopicPartition(*split_key(k), v) for k, v in offsets.items()]
         self._consumer.commit(offsets=parts, asynchronous=False)

@@ -123,6 +123,7 @@ class PolicyTrainer:
             "mean_advantage": sum(advantages) / len(advantages),
             "grad_norm": float(grad_norm),
             "tokens": float(tokens),
+            "transitions": float(len(transitions)),
             "tokens_per_s": tokens / elapsed,
             "transitions_per_s": len(transitions) / elapsed,
             "step_s": elapsed,

@@ -1,0 +1,124 @@
+"""Benchmark: the learner's `rl` step (TRL's GRPO loss) vs a bare PEFT forward/backward/step.
+
+    .venv/bin/python -m bench.learner [--steps 3] [--batch 4] [--tokens 128] [--model DIR]
+
+Both loops run in this process on the same tensors (a fixed batch of transitions of
+`--tokens` prompt+response tokens), the same base model (default: SmolLM2-135M-Instruct as
+safetensors, `resolve_base_model`), the same LoRA (r from settings, q_proj/v_proj), fp32,
+after one warm-up step each. Then one checkpoint is registered in a real MLflow server started
+here (no Kafka: the Checkpoint announcement is skipped). Prints, last, one JSON line:
+ratio (ours tokens/s / bare tokens/s), tokens_per_s, bare_tokens_per_s, peak_rss_mb,
+register_s (end of a step to its version registered).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from infra import mlflow_server, processes
+from infra.config import MlflowSettings
+from learner.advantages import BatchAdvantage
+from learner.checkpoints import CheckpointStore
+from learner.trainer import LORA_TARGETS, PolicyTrainer
+from tracetrain.base_model import DEFAULT_MODEL, resolve_base_model
+from tracetrain.settings import load_settings
+
+
+def transitions(batch: int, tokens: int) -> list[dict]:
+    g = torch.Generator().manual_seed(0)
+    half = tokens // 2
+    out = []
+    for i in range(batch):
+        ids = torch.randint(10, 40000, (tokens,), generator=g).tolist()
+        out.append({"transition_id": f"b{i}", "rollout_id": f"r{i}", "task_id": None,
+                    "agent_name": "bench", "prompt_token_ids": ids[:half],
+                    "response_token_ids": ids[half:], "behaviour_logprobs": [],
+                    "policy_version": 0, "credited_return": float(i % 2)})
+    return out
+
+
+def bare_peft(model_dir: Path, settings, inputs: dict, steps: int) -> float:
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model = get_peft_model(base, LoraConfig(r=settings.learner.lora_r,
+                                            lora_alpha=settings.learner.lora_alpha,
+                                            lora_dropout=0.0, target_modules=LORA_TARGETS,
+                                            task_type="CAUSAL_LM"))
+    model.train()
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
+                            lr=settings.learner.lr)
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+    mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+    labels = ids.masked_fill(mask == 0, -100)
+    labels[:, : inputs["prompt_ids"].size(1)] = -100
+    tokens = int(mask.sum())
+
+    def step():
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), settings.learner.max_grad_norm)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    step()  # warm-up
+    started = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return tokens * steps / (time.perf_counter() - started)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--model", default=DEFAULT_MODEL)
+    args = ap.parse_args()
+    home = Path(tempfile.mkdtemp(prefix="tt-bench-learner-"))
+    settings = load_settings(home=home, base_model=args.model)
+    if args.model == DEFAULT_MODEL:  # reuse the repo's converted copy instead of converting again
+        settings = settings.model_copy(update={"base_model": str(
+            resolve_base_model(DEFAULT_MODEL, Path(".tracetrain")))})
+    batch = transitions(args.batch, args.tokens)
+    advantages = BatchAdvantage().compute(batch)
+    weights = [1.0] * len(batch)
+
+    policy = PolicyTrainer(settings, home / "trl")
+    policy.train_step(batch, advantages, weights)  # warm-up
+    started = time.perf_counter()
+    for _ in range(args.steps):
+        metrics = policy.train_step(batch, advantages, weights)
+    ours = metrics["tokens"] * args.steps / (time.perf_counter() - started)
+    bare = bare_peft(policy.model_dir, settings, policy.inputs(batch, advantages, weights),
+                     args.steps)
+
+    mlflow = MlflowSettings(port=processes.free_port())
+    mlflow_server.start(home / "mlflow-home", mlflow)
+    try:
+        store = CheckpointStore(settings.model_copy(update={"mlflow": mlflow}), "bench",
+                                "bench-policy", announce=False)
+        store.start_run("bench", {})
+        saved = store.save(policy, {"offsets": {}}, step=policy.step, policy_version=1,
+                           offsets={}, metrics=metrics)
+        store.end_run()
+    finally:
+        mlflow_server.stop(home / "mlflow-home")
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"ratio": round(ours / bare, 3), "tokens_per_s": round(ours, 1),
+                      "bare_tokens_per_s": round(bare, 1), "peak_rss_mb": round(peak_mb),
+                      "register_s": round(saved.register_s, 3), "model": settings.base_model,
+                      "batch": args.batch, "tokens": args.tokens, "steps": args.steps}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""Checkpoints in MLflow: log, register, alias `latest`, announce; find the newest to resume.
+
+    store = CheckpointStore(settings, experiment="tracetrain", model_name="tracetrain-policy")
+    info = store.save(policy, extra_state, step=8, offsets={...}, metrics={...})
+    found = store.latest()      # (version, local dir) of the newest checkpoint of the experiment
+
+Writes, per checkpoint: the adapter plus `trainer_state.pt` (optimizer, scheduler, RNG, offsets,
+ledger) as artifacts `checkpoints/step-NNNNNNNN/` of the learner's MLflow run; a new version of
+the registered model (`create_model_version` on that artifact URI, since `register_model`
+needs an MLmodel file) tagged with experiment, base model, mode, step, policy_version, offsets
+(JSON and one tag per partition) and the step's metrics, which moves the reserved alias
+`latest` (MLflow resolves it to the newest version); and a Checkpoint
+event on `settings.topics.checkpoints`. Kafka offsets are committed by the caller only after
+`save` returns, i.e. after the version is registered.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from learner.errors import LearnerError
+from schemas import Codec
+from tracetrain.settings import Settings
+
+
+@dataclass
+class SavedCheckpoint:
+    version: int
+    source: str
+    run_id: str
+    register_s: float
+
+
+class CheckpointStore:
+    def __init__(self, settings: Settings, experiment: str, model_name: str,
+                 announce: bool = True):
+        import mlflow
+        from mlflow import MlflowClient
+
+        self.settings = settings
+        self.experiment = experiment
+        self.model_name = model_name
+        mlflow.set_tracking_uri(settings.mlflow.uri)
+        self.client = MlflowClient(settings.mlflow.uri)
+        found = self.client.get_experiment_by_name(experiment)
+        self.experiment_id = (found.experiment_id if found else
+                              self.client.create_experiment(experiment))
+        self.run_id: str | None = None
+        self.codec = Codec(registry_url=settings.schema_registry.url)
+        self._producer = None
+        self.announce = announce  # False only where no broker exists (bench/learner.py)
+
+    def start_run(self, run_name: str, tags: dict[str, str]) -> str:
+        run = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags)
+        self.run_id = run.info.run_id
+        return self.run_id
+
+    def end_run(self, status: str = "FINISHED") -> None:
+        if self.run_id:
+            self.client.set_terminated(self.run_id, status=status)
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        batch = [Metric(k, float(v), now, step) for k, v in metrics.items()]
+        self.client.log_batch(self.run_id, metrics=batch)
+
+    def _ensure_model(self) -> None:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            self.client.get_registered_model(self.model_name)
+        except MlflowException:
+            self.client.create_registered_model(
+                self.model_name, description="tracetrain policy checkpoints (LoRA adapters)")
+
+    def save(self, policy, extra_state: dict, *, step: int, policy_version: int,
+             offsets: dict[str, int], metrics: dict[str, float]) -> SavedCheckpoint:
+        started = time.perf_counter()
+        path = f"checkpoints/step-{step:08d}"
+        with tempfile.TemporaryDirectory(prefix="tt-ckpt-") as tmp:
+            policy.save(Path(tmp), extra_state)
+            self.client.log_artifacts(self.run_id, tmp, artifact_path=path)
+        run = self.client.get_run(self.run_id)
+        source = f"{run.info.artifact_uri}/{path}"
+        tags = {
+            "experiment": self.experiment,
+            "base_model": self.settings.base_model,
+            "mode": self.settings.learner.mode,
+            "step": str(step),
+            "policy_version": str(policy_version),
+            "offsets": json.dumps(offsets, sort_keys=True),
+            "adapter_path": "adapter" if policy.is_peft else "model",
+            **{f"offset.{k}": str(v) for k, v in offsets.items()},
+            **{f"metric.{k}": f"{v:.6g}" for k, v in metrics.items()},
+        }
+        self._ensure_model()
+        mv = self.client.create_model_version(self.model_name, source=source, run_id=self.run_id,
+                                              tags=tags)
+        # No set_registered_model_alias(..., "latest"): MLflow 3 reserves that alias and resolves
+        # it to the newest version itself (get_model_version_by_alias(name, "latest"), and
+        # models:/name@latest), so registering the version is what moves it.
+        register_s = time.perf_counter() - started
+        if self.announce:
+            self._announce(int(mv.version), policy_version, step, source, offsets, metrics)
+        return SavedCheckpoint(int(mv.version), source, self.run_id, register_s)
+
+    def _announce(self, version, policy_version, step, source, offsets, metrics) -> None:
+        from confluent_kafka import Producer
+
+        if self._producer is None:
+            self._producer = Producer({"bootstrap.servers": self.settings.kafka.bootstrap_servers,
+                                       "enable.idempotence": True, "acks": "all"})
+        event = {
+            "model_name": self.model_name, "version": version, "policy_version": policy_version,
+            "run_id": self.run_id, "step": step, "mode": self.settings.learner.mode,
+            "source": source, "base_model": self.settings.base_model,
+            "offsets": offsets, "metrics": {k: float(v) for k, v in metrics.items()},
+            "created_ns": time.time_ns(),
+        }
+        self._producer.produce(self.settings.topics.checkpoints, key=self.model_name,
+                               value=self.codec.encode("Checkpoint", event))
+        if self._producer.flush(30):
+            raise LearnerError(f"Checkpoint event for version {version} was not delivered to "
+                               f"{self.settings.topics.checkpoints} within 30 s")
+
+    def versions(self) -> list:
+        """This experiment's registered versions, oldest first."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            found = self.client.search_model_versions(f"name='{self.model_name}'")
+        except MlflowException:
+            return []
+        mine = [v for v in found if v.tags.get("experiment") == self.experiment]
+        return sorted(mine, key=lambda v: int(v.version))
+
+    def latest(self, into: Path) -> tuple[object, Path] | None:
+        """The newest registered checkpoint of the experiment, downloaded under `into`."""
+        from mlflow.artifacts import download_artifacts
+
+        versions = self.versions()
+        if not versions:
+            return None
+        newest = versions[-1]
+        local = download_artifacts(artifact_uri=newest.source, dst_path=str(into))
+        return newest, Path(local)

@@ -1,0 +1,177 @@
+"""The learner's loop: consume micro-batches, train, checkpoint, commit; resumable and bounded.
+
+    tracetrain learner [--max-steps N] [--max-seconds S]      # learner/cli.py
+    result = run_learner(settings, max_steps=8)                 # tests and replay drive this
+
+Reads transitions (learner/batches.py); trains (learner/trainer.py); every
+`checkpoint_every_steps` steps (or `checkpoint_every_s`), and once more when a bounded run
+ends, registers a checkpoint in MLflow (learner/checkpoints.py) and only then commits the
+consumed offsets to Kafka. On start it loads the experiment's newest checkpoint and seeks to
+the offsets stored in it, whatever the group's committed offsets say: with the ledger of
+trained transition ids in the same checkpoint, each transition changes the model once.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from threading import Event
+
+from learner.advantages import GroupBuffer, make_advantage
+from learner.batches import TransitionBatcher
+from learner.checkpoints import CheckpointStore, SavedCheckpoint
+from learner.trainer import PolicyTrainer
+from tracetrain.settings import Settings
+
+log = logging.getLogger("tracetrain.learner")
+
+
+@dataclass
+class LoopResult:
+    steps: int = 0
+    checkpoints: list[SavedCheckpoint] = field(default_factory=list)
+    counters: Counter = field(default_factory=Counter)
+    metrics: dict[str, float] = field(default_factory=dict)
+    ledger: list[list[str]] = field(default_factory=list)  # transition ids per trained step
+    resumed_from: int | None = None
+    policy: PolicyTrainer | None = None
+
+
+def run_learner(
+    settings: Settings,
+    *,
+    experiment: str | None = None,
+    model_name: str | None = None,
+    topic: str | None = None,
+    group_id: str | None = None,
+    start_offsets: dict[str, int] | None = None,
+    stop_offsets: dict[str, int] | None = None,
+    max_steps: int | None = None,
+    until_step: int | None = None,
+    max_seconds: float | None = None,
+    stop: Event | None = None,
+    on_step: Callable[[int, dict], None] | None = None,
+    resume: bool = True,
+) -> LoopResult:
+    learner = settings.learner
+    experiment = experiment or settings.mlflow.experiment
+    model_name = model_name or settings.mlflow.registered_model
+    store = CheckpointStore(settings, experiment, model_name)
+    work = Path(tempfile.mkdtemp(prefix="tt-learner-"))
+    policy = PolicyTrainer(settings, work / "trl")
+    advantage = make_advantage(learner)
+    buffer = GroupBuffer(learner.group_size, learner.group_wait_s) if learner.advantage == "group" \
+        else None
+    result = LoopResult(policy=policy)
+    policy_version, offsets, counters = 0, start_offsets, Counter()
+
+    found = store.latest(work / "resume") if resume else None
+    if found is not None:
+        version, local = found
+        extra = policy.load(local)
+        offsets = {**(start_offsets or {}), **extra["offsets"]}
+        policy_version = extra["policy_version"]
+        result.ledger, counters = extra["ledger"], Counter(extra["counters"])
+        advantage.load_state_dict(extra["advantage"])
+        if buffer is not None:
+            buffer.load_state_dict(extra["group_buffer"])
+        result.resumed_from = int(version.version)
+        log.info("resumed from %s version %s (step %d)", model_name, version.version, policy.step)
+
+    seen = [tid for step_ids in result.ledger for tid in step_ids]
+    if buffer is not None:  # consumed before the checkpoint, trained after it
+        seen += [t["transition_id"] for g in buffer.groups.values() for t in g["items"]]
+    batcher = TransitionBatcher(settings, topic=topic, group_id=group_id, start_offsets=offsets,
+                                stop_offsets=stop_offsets, seen_ids=seen,
+                                vocab_size=policy.vocab_size)
+    batcher.counters.update(counters)
+    store.start_run(f"learner-{learner.mode}-{int(time.time())}",
+                    {"experiment": experiment, "mode": learner.mode,
+                     "base_model": settings.base_model, "resumed_from": str(result.resumed_from)})
+    started = time.monotonic()
+    last_ckpt_t, last_ckpt_step = time.monotonic(), policy.step
+    pending_offsets = dict(offsets or {})
+
+    def checkpoint() -> None:
+        nonlocal policy_version, last_ckpt_t, last_ckpt_step
+        extra = {
+            "offsets": pending_offsets, "policy_version": policy_version + 1,
+            "ledger": _trim(result.ledger, learner.dedupe_window),
+            "counters": dict(batcher.counters), "advantage": advantage.state_dict(),
+            "group_buffer": buffer.state_dict() if buffer is not None else {},
+        }
+        saved = store.save(policy, extra, step=policy.step, policy_version=policy_version + 1,
+                           offsets=pending_offsets, metrics=result.metrics)
+        policy_version += 1
+        batcher.commit(pending_offsets)  # only now: the version holding them is registered
+        result.checkpoints.append(saved)
+        last_ckpt_t, last_ckpt_step = time.monotonic(), policy.step
+        store.log_metrics({"register_s": saved.register_s}, policy.step)
+
+    try:
+        while True:
+            if stop is not None and stop.is_set():
+                break
+            if max_steps is not None and result.steps >= max_steps:
+                break
+            if until_step is not None and policy.step >= until_step:
+                break
+            if max_seconds is not None and time.monotonic() - started >= max_seconds:
+                break
+            timeout = learner.batch_timeout_s
+            if max_seconds is not None:
+                timeout = max(0.1, min(timeout, max_seconds - (time.monotonic() - started)))
+            batch = batcher.next_batch(policy_version, timeout_s=timeout, stop=stop)
+            if batch is None and batcher.exhausted and (buffer is None or not len(buffer)):
+                break
+            ready, weights, stale = [], [], []
+            if batch is not None:
+                for t, w, s in zip(batch.transitions, batch.weights, batch.staleness, strict=True):
+                    t["_weight"], t["_staleness"] = w, s
+                pending_offsets = batch.offsets
+                ready = batch.transitions
+            if buffer is not None:
+                buffer.add(ready)
+                ready = buffer.release(flush=batcher.exhausted)
+            if ready:
+                weights = [t["_weight"] for t in ready]
+                stale = [t["_staleness"] for t in ready]
+                advantages = advantage.compute(ready)
+                metrics = policy.train_step(ready, advantages, weights)
+                metrics["staleness"] = sum(stale) / len(stale)
+                result.metrics = metrics
+                result.steps += 1
+                result.ledger.append([t["transition_id"] for t in ready])
+                store.log_metrics(metrics, policy.step)
+                if on_step:
+                    on_step(policy.step, {**metrics, "version": policy_version})
+            due_steps = policy.step - last_ckpt_step >= learner.checkpoint_every_steps
+            due_time = (learner.checkpoint_every_s is not None and policy.step > last_ckpt_step
+                        and time.monotonic() - last_ckpt_t >= learner.checkpoint_every_s)
+            if due_steps or due_time:
+                checkpoint()
+        if policy.step > last_ckpt_step:
+            checkpoint()
+        store.end_run()
+    except BaseException:
+        store.end_run("KILLED")
+        raise
+    finally:
+        result.counters = Counter(batcher.counters)
+        batcher.close()
+    return result
+
+
+def _trim(ledger: list[list[str]], window: int) -> list[list[str]]:
+    kept, total = [], 0
+    for ids in reversed(ledger):
+        if total >= window:
+            break
+        kept.append(ids)
+        total += len(ids)
+    return kept[::-1]
