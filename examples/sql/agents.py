@@ -1,0 +1,112 @@
+"""The text-to-SQL multi-agent: a Writer, a Checker and a Rewriter, as in Agent Lightning.
+
+    team = SqlTeam(base_url="http://127.0.0.1:8000/v1", tracer=tracer)
+    episode = team.solve(task)           # one rollout; reward 1 when the result matches gold
+
+The Writer drafts a query from the schema and question; the query runs (a tool span:
+`execute_sql`, failed on an SQL error so that the AIR deriver can penalise it); the Checker
+judges the query with its result and answers CORRECT or WRONG; on WRONG the Rewriter writes a
+new query from the feedback, up to `max_rounds`. Every call goes through the gateway with its
+agent name in `X-Agent-Name`, so the streams' agent selection can train the Writer and the
+Rewriter while the Checker, which shares the model, stays frozen.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import openai
+
+from examples.sql.databases import SqlTask, schema_text
+from examples.sql.execution import Execution, execute, reward
+
+TRAINED_AGENTS = ("writer", "rewriter")  # the streams' agent selection for this example
+_SQL_RE = re.compile(r"```(?:sql)?\s*(.*?)```|(SELECT\b.*)", re.IGNORECASE | re.DOTALL)
+
+
+class SqlExecutionError(RuntimeError):
+    """Raised inside the traced tool so that the tool span records ok=false with the error."""
+
+
+def extract_sql(text: str) -> str:
+    match = _SQL_RE.search(text or "")
+    if not match:
+        return ""
+    sql = (match.group(1) or match.group(2) or "").strip()
+    return sql.split(";")[0].strip()
+
+
+@dataclass
+class SqlEpisode:
+    task: SqlTask
+    rollout_id: str
+    queries: list[str] = field(default_factory=list)
+    verdicts: list[str] = field(default_factory=list)
+    reward: float = 0.0
+
+
+class SqlTeam:
+    def __init__(self, base_url: str, tracer=None, model: str = "policy", max_rounds: int = 2,
+                 max_tokens: int = 96, temperature: float = 1.0, api_key: str = "none"):
+        self.client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=2)
+        self.tracer, self.model, self.max_rounds = tracer, model, max_rounds
+        self.max_tokens, self.temperature = max_tokens, temperature
+        self._run = tracer.tool(name="execute_sql")(self._execute) if tracer else self._execute
+
+    @staticmethod
+    def _execute(db: str, sql: str) -> list:
+        result = execute(db, sql)
+        if not result.ok:
+            raise SqlExecutionError(result.error)
+        return [list(row) for row in result.rows]
+
+    def _run_sql(self, db: str, sql: str) -> Execution:
+        try:
+            return Execution([tuple(r) for r in self._run(db, sql)], None)
+        except SqlExecutionError as exc:
+            return Execution(None, str(exc))
+
+    def _ask(self, agent: str, system: str, user: str, headers: dict) -> str:
+        completion = self.client.chat.completions.create(
+            model=self.model, max_tokens=self.max_tokens, temperature=self.temperature,
+            messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
+            extra_headers={**headers, "X-Agent-Name": agent},
+        )
+        return completion.choices[0].message.content or ""
+
+    def solve(self, task: SqlTask, task_id: str | None = None) -> SqlEpisode:
+        task_id = task_id or f"sql-{abs(hash((task.db, task.question))) % 10**10}"
+        if self.tracer is None:
+            return self._episode(task, task_id, f"untraced-{task_id}")
+        with self.tracer.rollout(task_id=task_id, agent="sql-team") as rollout:
+            episode = self._episode(task, task_id, rollout.rollout_id)
+            rollout.reward(episode.reward, final=True, name="execution_match")
+        return episode
+
+    def _episode(self, task: SqlTask, task_id: str, rollout_id: str) -> SqlEpisode:
+        episode = SqlEpisode(task, rollout_id)
+        headers = {"X-Rollout-Id": rollout_id, "X-Task-Id": task_id}
+        schema = schema_text(task.db)
+        draft = self._ask("writer", "Write one SQLite SELECT query that answers the question. "
+                          "Reply with the query only.",
+                          f"Schema:\n{schema}\nQuestion: {task.question}", headers)
+        sql = extract_sql(draft)
+        for _ in range(self.max_rounds):
+            episode.queries.append(sql)
+            result = self._run_sql(task.db, sql)
+            shown = f"error: {result.error}" if not result.ok else f"rows: {result.rows[:5]}"
+            verdict = self._ask("checker", "You check SQL queries. Answer CORRECT or WRONG, "
+                                "then one sentence why.",
+                                f"Schema:\n{schema}\nQuestion: {task.question}\nQuery: {sql}\n"
+                                f"Result {shown}", headers)
+            episode.verdicts.append(verdict)
+            if "CORRECT" in verdict.upper() and result.ok:
+                break
+            rewrite = self._ask("rewriter", "Rewrite the SQLite query so that it answers the "
+                                "question. Reply with the query only.",
+                                f"Schema:\n{schema}\nQuestion: {task.question}\nQuery: {sql}\n"
+                                f"Result {shown}\nFeedback: {verdict}", headers)
+            sql = extract_sql(rewrite) or sql
+        episode.reward = reward(task.db, sql, task.gold_sql)
+        return episode
