@@ -119,12 +119,18 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
         ids = call_ids(request.headers, path_rollout)
         body = await read_json_body(request, gw.max_body_bytes)
         validate_call(kind, body)
-        sent = capture.prepare_request(kind, body, gw.request_token_ids)
+        ask = gw.request_token_ids and not state.get("upstream_refuses_token_ids")
+        sent = capture.prepare_request(kind, body, ask)
         span_id, start = new_id(8), time.time_ns()
         out_headers = {"x-rollout-id": ids.rollout_id, "x-span-id": span_id}
-        req = state["http"].build_request("POST", upstream + path, json=sent)
         try:
-            resp = await state["http"].send(req, stream=bool(body.get("stream")))
+            resp = await _send(sent, path, bool(body.get("stream")))
+            if ask and sent != body and resp.status_code == 400 and \
+                    await _refuses_our_fields(resp):
+                # An upstream that rejects return_token_ids (OpenAI itself, strict servers):
+                # remember it and send the client's body unchanged from now on.
+                state["upstream_refuses_token_ids"] = True
+                resp = await _send(body, path, bool(body.get("stream")))
         except httpx.HTTPError as exc:
             message = f"upstream {upstream} unreachable: {exc!r}"
             _record(ids, span_id, start, kind, body, None, None, 502, message)
@@ -166,6 +172,15 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
                         resp.status_code, assembler.error)
 
         return StreamingResponse(relay(), status_code=resp.status_code, headers=headers)
+
+    async def _send(payload: dict, path: str, stream: bool) -> httpx.Response:
+        req = state["http"].build_request("POST", upstream + path, json=payload)
+        return await state["http"].send(req, stream=stream)
+
+    async def _refuses_our_fields(resp: httpx.Response) -> bool:
+        text = (await resp.aread()).decode(errors="replace")
+        await resp.aclose()
+        return "return_token_ids" in text
 
     def _record(ids: CallIds, span_id: str, start: int, kind: str, body: dict,
                 resp: dict | None, policy_header: str | None, status: int,

@@ -4,7 +4,8 @@ same completion with vLLM-style token ids and logprobs for every call.
 
     python -m producers.gateway.fixed_upstream PORT
 
-Behaviour: model "fail-503" gets a 503 error body; a chat request with `tools` and no tool
+Behaviour: model "fail-503" gets a 503 error body; model "strict-model" refuses
+`return_token_ids` with a 400 (as OpenAI does); a chat request with `tools` and no tool
 result yet gets a call of its first tool with {"a": 2, "b": 3}; after a tool result it answers
 "The answer is <result>". Also `ServerThread`, to run any ASGI app on a port in a thread.
 """
@@ -51,6 +52,10 @@ def app() -> FastAPI:
 
     async def respond(request: Request, kind: str):
         body = await request.json()
+        if body.get("model") == "strict-model" and "return_token_ids" in body:
+            return JSONResponse({"error": {"message": "Unrecognized request argument supplied: "
+                                           "return_token_ids", "type": "invalid_request_error"}},
+                                status_code=400)
         if body.get("model") == "fail-503":
             return JSONResponse({"error": {"message": "engine overloaded", "type": "overloaded",
                                            "code": 503}}, status_code=503)

@@ -144,3 +144,15 @@ def test_reward_api_publishes_rewards(gateway):
                               name="Reward", settle_s=0.5)
     assert key == "ro-9" and reward["value"] == 1.0 and reward["final"] is True
     assert reward["name"] == "exact" and reward["span_id"] == "abc"
+
+
+def test_upstream_refusing_token_ids_is_retried_plain(gateway):
+    url, settings, pub = gateway
+    client = _client(url, default_headers={"X-Rollout-Id": "ro-strict"})
+    for _ in range(2):  # the second call goes plain at once
+        resp = client.chat.completions.create(model="strict-model",
+                                              messages=[{"role": "user", "content": "hi"}])
+        assert resp.choices[0].message.content == "Hello from the fixed upstream."
+    spans = _spans(settings, pub, 2)
+    assert all(s["status"] == "ok" and s["llm"]["response_token_ids"] == [] for s in spans)
+    assert all(s["llm"]["response_text"] == "Hello from the fixed upstream." for s in spans)
