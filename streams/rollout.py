@@ -8,7 +8,8 @@ Life cycle
 - A rollout closes on its first final reward, once the partition's spans and air streams have
   caught up with that reward (a later record seen there, or `close_grace_s` of quiet), because
   spans and rewards travel on different topics; if some of its spans were produced after the
-  reward (reward first), it also waits until the rollout has been quiet for `close_grace_s`.
+  reward (reward first), it waits until the partition has been read `close_grace_s` (record
+  time) past the rollout's last span, or is fully read and the rollout quiet for that long.
   Or on an end-marker span (closing with the rewards seen after `close_grace_s` if no final
   reward came). Or after `idle_timeout_s`
   without events (then emitted or sent to the DLQ by `on_timeout`).
@@ -27,7 +28,7 @@ import hashlib
 import json
 from bisect import bisect_right
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from streams.credit import assign
 
@@ -60,7 +61,8 @@ class Rollout:
     # -- storage ----------------------------------------------------------------------------
 
     def to_bytes(self) -> bytes:
-        return json.dumps(asdict(self), separators=(",", ":")).encode()
+        # vars(), not dataclasses.asdict: asdict deep-copies every token list (hot path)
+        return json.dumps(vars(self), separators=(",", ":")).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Rollout:
@@ -126,18 +128,26 @@ class Rollout:
     # -- closing ----------------------------------------------------------------------------
 
     def close_reason(self, now_wall: float, caught_up: Callable[[int], bool], grace_s: float,
-                     idle_timeout_s: float, quiet_since: float = 0.0) -> str | None:
+                     idle_timeout_s: float, quiet_since: float = 0.0,
+                     read_past: Callable[[int], bool] | None = None) -> str | None:
         """Why this rollout may close now, or None. `caught_up(ts_ns)`: have this partition's
         spans and air streams been read past `ts_ns`? `quiet_since`: idle time counts from
-        no earlier than this (the worker's start, so a restart does not time out everything)."""
+        no earlier than this (the worker's start, so a restart does not time out everything).
+        `read_past(ts_ns)`: strictly read past ts (no end-offset shortcut); default caught_up."""
         if self.closed:
             return None
-        quiet = now_wall - max(self.last_wall, quiet_since) >= grace_s
-        if self.final_ts_ns is not None and self.starts and caught_up(self.final_ts_ns):
-            # Spans produced after the final reward: the reward came first, so only a quiet
-            # rollout tells that its spans are complete.
-            if self.last_span_ts_ns <= self.final_ts_ns or quiet:
-                return "final"
+        if self.final_ts_ns is not None and self.starts:
+            if self.last_span_ts_ns <= self.final_ts_ns:
+                if caught_up(self.final_ts_ns):
+                    return "final"
+            else:
+                # The reward came first: the spans are complete once the partition has been
+                # read `grace` (record time) past the rollout's last span, or, at the head of
+                # the log, once nothing is left to read and the rollout was quiet for `grace`.
+                wait_for = self.last_span_ts_ns + int(grace_s * 1e9)
+                quiet = now_wall - max(self.last_wall, quiet_since) >= grace_s
+                if (read_past or caught_up)(wait_for) or (quiet and caught_up(wait_for)):
+                    return "final"
         if self.end_ts_ns is not None and self.final_ts_ns is None and self.end_wall is not None \
                 and now_wall - max(self.end_wall, quiet_since) >= grace_s:
             return "end"

@@ -92,9 +92,12 @@ def test_close_rules():
     state.add_reward(reward, ts_ns=10, wall=1.0)
     assert state.close_reason(2.0, lambda ts: True, 0.5, 60) is None  # no spans yet
     state.add_span(_span("a", 1), True, ts_ns=11, wall=1.1, end_attribute=END)
-    # reward came first: wait for a quiet rollout even if the partition caught up
-    assert state.close_reason(1.2, lambda ts: True, 0.5, 60) is None
-    assert state.close_reason(1.7, lambda ts: True, 0.5, 60) == "final"
+    # reward came first: wait until the partition is read grace past the last span (ts 11)
+    assert state.close_reason(1.2, lambda ts: ts <= 11, 0.5, 60) is None
+    assert state.close_reason(1.2, lambda ts: ts <= 11 + 500_000_000, 0.5, 60) == "final"
+    # fully read (caught up) but not read past: also needs a quiet rollout
+    assert state.close_reason(1.2, lambda ts: True, 0.5, 60, read_past=lambda ts: False) is None
+    assert state.close_reason(1.7, lambda ts: True, 0.5, 60, read_past=lambda ts: False) == "final"
     assert state.close_reason(1.7, lambda ts: False, 0.5, 60) is None
 
     ended = Rollout("e", 0)

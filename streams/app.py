@@ -1,0 +1,113 @@
+"""The Faust app: AIR deriver, rollout join, credit assignment, dead-letter routing.
+
+    tracetrain streams [--max-seconds N]        (or: python -m streams)
+
+Reads `settings.topics.spans`, `.rewards`, `.air` (co-partitioned, keyed by rollout_id, Avro
+values decoded by `schemas.Codec`); writes `.transitions`, `.air` (derived AirEvents), `.dlq`
+and the table changelog `<group>-rollouts-changelog`. Several workers with the same settings
+form one consumer group and share the partitions; a restarted or rebalanced worker recovers
+the rollouts from the changelog. At-least-once (Faust's exactly_once mode is not used:
+faust-streaming issues 517, 323); transitions have deterministic ids, so a crash can
+duplicate one but never lose or alter it. Metrics: http://WEB_HOST:WEB_PORT/metrics.
+"""
+
+from __future__ import annotations
+
+import faust
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from infra.topics import planned_partitions
+from streams.dlq import DeadLetters
+from streams.join import Join
+from streams.metrics import StreamsMetrics
+from tracetrain.settings import Settings
+
+RAW = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
+
+
+def faust_app(settings: Settings, app_id: str, **extra) -> faust.App:
+    """A Faust app on the settings' cluster; state under `home/streams/<app_id>-<web port>`."""
+    s = settings.streams
+    partitions = planned_partitions(settings.topics)["spans"]
+    datadir = settings.home_dir / "streams" / f"{app_id}-{s.web_port}"
+    datadir.parent.mkdir(parents=True, exist_ok=True)  # Faust creates only the last level
+    return faust.App(
+        app_id,
+        broker=[f"kafka://{server}" for server in settings.kafka.bootstrap_servers.split(",")],
+        datadir=str(datadir), store="memory://", autodiscover=False,
+        web_host=s.web_host, web_port=s.web_port, web_enabled=True, web_in_thread=False,
+        topic_partitions=partitions, topic_replication_factor=settings.topics.replication,
+        table_standby_replicas=0, consumer_auto_offset_reset="earliest",
+        producer_acks=-1, producer_linger_ms=5, processing_guarantee="at_least_once",
+        **extra,
+    )
+
+
+def create_app(settings: Settings) -> tuple[faust.App, Join]:
+    topics, cfg = settings.topics, settings.streams
+    app = faust_app(settings, cfg.group_id(topics.prefix))
+    metrics = StreamsMetrics()
+    spans = app.topic(topics.spans, **RAW)
+    rewards = app.topic(topics.rewards, **RAW)
+    air = app.topic(topics.air, **RAW)
+    transitions = app.topic(topics.transitions, **RAW)
+    dlq = DeadLetters(app.topic(topics.dlq, **RAW), metrics)
+    table = app.Table("rollouts", default=None, partitions=planned_partitions(topics)["spans"],
+                      key_type=bytes, value_type=bytes)  # bytes: Faust uses the raw codec
+    join = Join(settings, table, transitions, dlq, metrics)
+
+    @app.agent(spans, name="join_spans")
+    async def join_spans(stream):
+        """AIR deriver and span join in one agent, so each span is decoded once: the join
+        applies the derived AirEvents at once and publishes them on the air topic, in the
+        span's own partition (co-partitioned whatever partitioner the producers use)."""
+        async for event in stream.events():
+            for record in await join.on_span(event):
+                metrics.air_derived.labels(rule=record["rule"]).inc()
+                await air.send(key=record["rollout_id"].encode(), partition=event.message.partition,
+                               value=join.codec.encode("AirEvent", record))
+
+    @app.agent(rewards, name="join_rewards")
+    async def join_rewards(stream):
+        async for event in stream.events():
+            await join.on_reward(event)
+
+    @app.agent(air, name="join_air")
+    async def join_air(stream):
+        async for event in stream.events():
+            await join.on_air(event)
+
+    @app.timer(cfg.timer_interval_s)
+    async def close_rollouts():
+        if app.in_recovery or app.rebalancing or not app.tables.recovery.completed.is_set():
+            return
+        join.consumer = app.consumer
+        assigned = frozenset(tp.partition for tp in app.consumer.assignment() if tp.topic == topics.spans)
+        await join.tick(assigned)
+
+    @app.on_partitions_revoked.connect
+    async def on_revoked(app, revoked, **kwargs):
+        join.on_revoked()
+
+    @app.page("/metrics")
+    async def metrics_page(web, request):
+        # aiohttp refuses a charset inside content_type; Prometheus text is ASCII anyway
+        return web.bytes(generate_latest(metrics.registry), content_type=CONTENT_TYPE_LATEST.split(";")[0])
+
+    return app, join
+
+
+def run_worker(settings: Settings, max_seconds: float | None = None, loglevel: str = "WARNING") -> None:
+    """Run a real Faust worker until stopped (SIGTERM/SIGINT) or for `max_seconds`."""
+    import os
+    import signal
+    import threading
+
+    app, _ = create_app(settings)
+    if max_seconds is not None:
+        # SIGTERM lets Faust's worker stop cleanly (commit, close) exactly as `kill` would.
+        timer = threading.Timer(max_seconds, os.kill, args=(os.getpid(), signal.SIGTERM))
+        timer.daemon = True
+        timer.start()
+    worker = faust.Worker(app, loglevel=loglevel, quiet=True)
+    worker.execute_from_commandline()
