@@ -18,7 +18,6 @@ def test_offline_mode_trains_and_registers(mode, kafka_settings, mlflow_server, 
                                 advantage="batch", checkpoint_every_steps=2, sft_min_reward=0.5)
     produce(settings, [make_transition(i, ret=float(i % 2)) for i in range(8)])
     model = f"{mode}-{settings.learner.group_id}"
-    before = None
     result = run_learner(settings, experiment=f"modes-{mode}", model_name=model, max_steps=2,
                          max_seconds=240)
     assert result.steps == 2 and result.policy.step == 2
@@ -28,6 +27,7 @@ def test_offline_mode_trains_and_registers(mode, kafka_settings, mlflow_server, 
     else:
         assert result.metrics["desirable"] == 2.0  # labels from the advantage sign
     after = result.policy.trainable_state()
-    assert any(float(v.abs().sum()) > 0 for k, v in after.items() if "lora_B" in k), before
+    # LoRA B starts at zero: non-zero B means the optimizer really stepped the adapter.
+    assert any(float(v.abs().sum()) > 0 for k, v in after.items() if "lora_B" in k)
     version = MlflowClient(mlflow_server.uri).get_model_version_by_alias(model, "latest")
     assert version.tags["mode"] == mode and version.tags["step"] == "2"
