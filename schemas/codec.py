@@ -13,7 +13,7 @@ import io
 import struct
 from typing import Any
 
-from fastavro import parse_schema, schemaless_reader, schemaless_writer
+from fastavro import schemaless_reader, schemaless_writer
 from fastavro.validation import ValidationError as AvroValidationError
 from fastavro.validation import validate
 
@@ -47,9 +47,6 @@ class Codec:
         self.registry_url = registry_url
         self._registry = None
         self._serializers: dict[str, Any] = {}
-        # fastavro re-parses a schema parsed without its write hint on every write (~4x the
-        # cost of the write itself): keep a write-ready copy per schema.
-        self._write_ready: dict[str, dict] = {}
         self._deserializers: dict[str, Any] = {}
 
     # -- writing ---------------------------------------------------------------------------
@@ -62,10 +59,7 @@ class Codec:
         buf = io.BytesIO()
         buf.write(schema.header)
         try:
-            ready = self._write_ready.get(name)
-            if ready is None:
-                ready = self._write_ready[name] = parse_schema(schema.raw)
-            schemaless_writer(buf, ready, record)
+            schemaless_writer(buf, schema.parsed, record)
         except _ENCODE_ERRORS as exc:
             raise CodecError("invalid_record", self._explain_invalid(schema, record, exc)) from exc
         return buf.getvalue()
