@@ -44,5 +44,82 @@ def reference(base_model_dir):
     return model, tokenizer
 
 
+@pytest.fixture(scope="session")
+def mlflow_server(tt_home):
+    """Overrides the shared fixture for serving tests: on this loaded 2-core machine the MLflow
+    server took 142 s to answer /health (beyond the shared fixture's 90 s), mostly spent starting
+    its job runner, which the registry does not need."""
+    import os
+
+    from infra import mlflow_server as server
+    from infra.config import MlflowSettings
+
+    mlflow = MlflowSettings(port=processes.free_port(), start_timeout_s=300)
+    home = tt_home / "serving-mlflow"
+    saved = os.environ.get("MLFLOW_SERVER_ENABLE_JOB_EXECUTION")
+    os.environ["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"  # inherited by the server only
+    try:
+        server.start(home, mlflow)
+    except BaseException:
+        server.stop(home)  # a server that started too slowly must not outlive the session
+        raise
+    finally:
+        if saved is None:
+            os.environ.pop("MLFLOW_SERVER_ENABLE_JOB_EXECUTION")
+        else:
+            os.environ["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = saved
+    yield mlflow
+    server.stop(home)
+
+
 def policy_info(url: str) -> dict:
     return httpx.get(f"{url}/v1/policy", timeout=10).json()
+
+
+def make_adapters(model_dir: Path, out: Path, seeds: list[int], scale: float = 0.5) -> list[Path]:
+    """Real PEFT LoRA adapters of the default model, with random B weights so that each one
+    changes what the model says (a fresh LoRA has B = 0 and changes nothing)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    peft_model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16,
+                                                  target_modules=["q_proj", "v_proj"]))
+    folders = []
+    for seed in seeds:
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, param in peft_model.named_parameters():
+                # Seeded A and B: the same seed gives the same adapter in every run.
+                if "lora_B" in name:
+                    param.copy_(torch.randn(param.shape, generator=generator) * scale)
+                elif "lora_A" in name:
+                    param.copy_(torch.randn(param.shape, generator=generator) * 0.05)
+        folder = out / f"adapter-{seed}"
+        peft_model.save_pretrained(folder)
+        folders.append(folder)
+    return folders
+
+
+def register_version(tracking_uri: str, model_name: str, folder: Path,
+                     alias: str | None = "production") -> int:
+    """Log `folder` to a run, register it as a new version of `model_name`, point `alias` at it
+    (None: only register; the reloader's `latest` follows the highest version)."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    mlflow.set_tracking_uri(tracking_uri)
+    experiment = mlflow.set_experiment("serving-tests")
+    with mlflow.start_run(experiment_id=experiment.experiment_id) as run:
+        mlflow.log_artifacts(str(folder), artifact_path="adapter")
+    try:
+        client.create_registered_model(model_name)
+    except mlflow.exceptions.MlflowException:
+        pass  # already registered by an earlier version
+    version = client.create_model_version(model_name, source=f"{run.info.artifact_uri}/adapter",
+                                          run_id=run.info.run_id)
+    if alias:
+        client.set_registered_model_alias(model_name, alias, version.version)
+    return int(version.version)

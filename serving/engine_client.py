@@ -1,0 +1,75 @@
+"""How the reloader talks to an engine: the embedded one or vLLM, through their HTTP APIs.
+
+Embedded: `POST /v1/load_lora_adapter` (vLLM's shape plus `policy_version`),
+`POST /v1/load_checkpoint` for full weights, `GET /v1/policy` to verify.
+vLLM: `POST /v1/load_lora_adapter {"lora_name","lora_path","load_inplace": true}` (needs
+VLLM_ALLOW_RUNTIME_LORA_UPDATING=1), `POST /collective_rpc {"method": "reload_weights"}` (needs
+VLLM_SERVER_DEV_MODE=1) for full weights, `GET /v1/models` (a LoRA entry's `root` is its path)
+to verify.
+"""
+
+from __future__ import annotations
+
+import httpx
+
+from serving.errors import LoadError, ServingError
+
+
+class EngineUnavailable(ServingError):
+    """The engine did not answer (down or restarting); retry later, the version is not to blame."""
+
+
+class EngineClient:
+    def __init__(self, base_url: str, backend: str = "embedded", lora_name: str = "policy",
+                 timeout_s: float = 120.0):
+        self.base_url = base_url.rstrip("/")
+        self.backend = backend
+        self.lora_name = lora_name
+        self.http = httpx.Client(base_url=self.base_url, timeout=timeout_s)
+        self._full_path: str | None = None  # vLLM: reload_weights has no version to read back
+
+    def _post(self, path: str, payload: dict) -> httpx.Response:
+        try:
+            response = self.http.post(path, json=payload)
+        except httpx.HTTPError as exc:
+            raise EngineUnavailable(f"engine at {self.base_url} did not answer {path}: "
+                                    f"{type(exc).__name__}: {exc}") from exc
+        if response.status_code in (502, 503, 504):
+            raise EngineUnavailable(f"engine at {self.base_url} answered {path} with "
+                                    f"{response.status_code}")
+        if response.status_code >= 400:
+            raise LoadError(f"engine refused {path} ({response.status_code}): "
+                            f"{response.text[:500]}")
+        return response
+
+    def load_lora(self, path: str, policy_version: int) -> None:
+        payload = {"lora_name": self.lora_name, "lora_path": path, "load_inplace": True}
+        if self.backend == "embedded":
+            payload["policy_version"] = policy_version
+        self._post("/v1/load_lora_adapter", payload)
+
+    def load_full(self, path: str, policy_version: int) -> None:
+        if self.backend == "embedded":
+            self._post("/v1/load_checkpoint", {"path": path, "policy_version": policy_version})
+        else:
+            # vLLM's dev-mode RPC: args/kwargs travel as strings; the worker reloads in place.
+            self._post("/collective_rpc", {"method": "reload_weights",
+                                           "kwargs": {"weights_path": path}})
+            self._full_path = path
+
+    def serves(self, path: str, policy_version: int) -> bool:
+        """Does the engine report that it now serves this version?"""
+        try:
+            if self.backend == "embedded":
+                info = self.http.get("/v1/policy").json()
+                return info.get("policy_version") == policy_version
+            if self._full_path == path:
+                return True
+            models = self.http.get("/v1/models").json().get("data", [])
+        except (httpx.HTTPError, ValueError) as exc:
+            raise EngineUnavailable(f"engine at {self.base_url} did not report its version: "
+                                    f"{exc}") from exc
+        return any(m.get("id") == self.lora_name and m.get("root") == path for m in models)
+
+    def close(self) -> None:
+        self.http.close()

@@ -1,0 +1,253 @@
+"""The reloader: makes the engine serve the version a registered-model alias points at.
+
+    tracetrain reloader [--max-seconds S] [--max-loads N]
+
+Reads MLflow (settings.mlflow.registered_model @ settings.reloader.alias; `latest`, which
+MLflow reserves, means the highest version number) every
+`reloader.poll_s` seconds, and, with `reloader.follow_checkpoints_topic`, wakes up early on
+each `tracetrain.checkpoints` record. Downloads the version's artifacts under
+`home/reloader/versions/N`, loads them into the engine (LoRA adapter or full weights), checks
+the engine reports the new version, and writes `home/reloader/state.json` (serving version,
+reload latencies, broken versions). Never moves to a lower version than one it has loaded; a
+version that fails `max_attempts` times is marked broken and not tried again; MLflow or engine
+outages are retried on the next poll without blaming the version.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from serving.engine_client import EngineClient, EngineUnavailable
+from serving.errors import LoadError, ServingError
+from serving.services import engine_url
+from tracetrain.settings import Settings
+
+log = logging.getLogger("tracetrain.reloader")
+
+
+@dataclass
+class Target:
+    version: int
+    source: str
+    policy_version: int
+    registered_ms: int | None = None
+
+
+@dataclass
+class ReloaderState:
+    serving_version: int | None = None
+    policy_version: int | None = None
+    loads: list[dict] = field(default_factory=list)
+    broken: dict[str, str] = field(default_factory=dict)
+    attempts: dict[str, int] = field(default_factory=dict)
+    last_error: str | None = None
+
+
+def find_checkpoint(folder: Path) -> tuple[str, Path]:
+    """('lora', dir) or ('full', dir): the shallowest folder holding a PEFT or HF checkpoint."""
+    for marker, kind in (("adapter_config.json", "lora"), ("config.json", "full")):
+        hits = sorted(folder.rglob(marker), key=lambda p: len(p.parts))
+        if hits:
+            return kind, hits[0].parent
+    raise LoadError(f"{folder} holds neither adapter_config.json (LoRA) nor config.json (full)")
+
+
+class Reloader:
+    def __init__(self, settings: Settings, client: EngineClient | None = None):
+        self.settings = settings
+        self.cfg = settings.reloader
+        # MLflow retries a dead server for minutes by default; we retry on our own schedule.
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+        from mlflow import MlflowClient
+
+        self.mlflow = MlflowClient(tracking_uri=settings.mlflow.uri)
+        self.engine = client or EngineClient(engine_url(settings), settings.engine.backend,
+                                             settings.engine.served_name)
+        self.folder = settings.home_dir / "reloader"
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.state = ReloaderState()
+        self._next_try: dict[int, float] = {}
+        self._said: set[str] = set()
+
+    # ---- one step ---------------------------------------------------------------------------
+    def target(self) -> Target | None:
+        from mlflow.exceptions import MlflowException
+
+        name, alias = self.settings.mlflow.registered_model, self.cfg.alias
+        try:
+            if alias == "latest":
+                # MLflow reserves the alias "latest": it means the highest version number.
+                found = self.mlflow.search_model_versions(
+                    f"name='{name}'", order_by=["version_number DESC"], max_results=1)
+                if not found:
+                    self._once(f"no version of {name} in MLflow yet; waiting")
+                    return None
+                mv = found[0]
+            else:
+                mv = self.mlflow.get_model_version_by_alias(name, alias)
+        except MlflowException as exc:
+            if "RESOURCE_DOES_NOT_EXIST" in str(exc.error_code) or "not found" in str(exc).lower():
+                self._once(f"no {name}@{alias} in MLflow yet; waiting")
+                return None
+            raise ServingError(f"MLflow at {self.settings.mlflow.uri} failed: {exc}") from exc
+        tag = (mv.tags or {}).get("policy_version")
+        return Target(int(mv.version), mv.source, int(tag) if tag else int(mv.version),
+                      mv.last_updated_timestamp)
+
+    def step(self) -> bool:
+        """Bring the engine to the alias's version if needed; True if a load happened."""
+        try:
+            target = self.target()
+        except ServingError as exc:
+            self._error(f"{exc}; retrying in {self.cfg.poll_s}s")
+            return False
+        if target is None:
+            return False
+        key = str(target.version)
+        if key in self.state.broken:
+            self._once(f"version {key} is broken ({self.state.broken[key]}); staying on "
+                       f"version {self.state.serving_version}, not retrying it")
+            return False
+        current = self.state.serving_version
+        if current is not None and target.version < current:
+            self._once(f"alias moved back to version {target.version}; staying on {current} "
+                       "(the reloader never moves backwards)")
+            return False
+        if time.monotonic() < self._next_try.get(target.version, 0.0):
+            return False
+        try:
+            if current == target.version and self.engine.serves(self._local(target),
+                                                                target.policy_version):
+                return False
+            return self._load(target)
+        except EngineUnavailable as exc:
+            self._error(f"{exc}; retrying in {self.cfg.poll_s}s")
+            return False
+
+    def _local(self, target: Target) -> str:
+        return str(self.folder / "versions" / str(target.version))
+
+    def _load(self, target: Target) -> bool:
+        import mlflow.artifacts
+
+        key, started = str(target.version), time.monotonic()
+        dst = Path(self._local(target))
+        try:
+            if not dst.is_dir() or not any(dst.iterdir()):
+                dst.mkdir(parents=True, exist_ok=True)
+                mlflow.artifacts.download_artifacts(artifact_uri=target.source,
+                                                    dst_path=str(dst),
+                                                    tracking_uri=self.settings.mlflow.uri)
+            kind, folder = find_checkpoint(dst)
+            load = self.engine.load_lora if kind == "lora" else self.engine.load_full
+            load(str(folder), target.policy_version)
+            self._verify(str(folder), target)
+        except (LoadError, OSError) as exc:
+            return self._failed(target, exc)
+        except Exception as exc:  # mlflow raises many types on a bad source; all are a failure
+            if isinstance(exc, EngineUnavailable):
+                raise
+            return self._failed(target, exc)
+        seconds = time.monotonic() - started
+        since_registry = (time.time() * 1000 - target.registered_ms) / 1000 \
+            if target.registered_ms else None
+        self.state.serving_version, self.state.policy_version = target.version, \
+            target.policy_version
+        self.state.attempts.pop(key, None)
+        self.state.last_error = None
+        self.state.loads.append({"version": target.version, "policy_version":
+                                 target.policy_version, "kind": kind, "seconds": seconds,
+                                 "since_alias_s": since_registry, "at": time.time()})
+        self._save()
+        log.info("engine now serves version %s (policy_version %d, %s) after %.2fs",
+                 key, target.policy_version, kind, seconds)
+        return True
+
+    def _verify(self, path: str, target: Target) -> None:
+        deadline = time.monotonic() + self.cfg.verify_timeout_s
+        while not self.engine.serves(path, target.policy_version):
+            if time.monotonic() > deadline:
+                raise LoadError(f"engine accepted version {target.version} but does not report "
+                                f"it after {self.cfg.verify_timeout_s}s")
+            time.sleep(0.1)
+
+    def _failed(self, target: Target, exc: Exception) -> bool:
+        key = str(target.version)
+        attempts = self.state.attempts.get(key, 0) + 1
+        self.state.attempts[key] = attempts
+        reason = f"{type(exc).__name__}: {exc}"
+        if attempts >= self.cfg.max_attempts:
+            self.state.broken[key] = reason
+            self._error(f"version {key} failed {attempts} times, marked broken; staying on "
+                        f"version {self.state.serving_version}: {reason}")
+        else:
+            wait = self.cfg.retry_s * 2 ** (attempts - 1)
+            self._next_try[target.version] = time.monotonic() + wait
+            self._error(f"loading version {key} failed (attempt {attempts}/"
+                        f"{self.cfg.max_attempts}, next in {wait:.1f}s): {reason}")
+        self._save()
+        return False
+
+    # ---- the loop ---------------------------------------------------------------------------
+    def run(self, max_seconds: float | None = None, max_loads: int | None = None,
+            stop: threading.Event | None = None) -> ReloaderState:
+        stop = stop or threading.Event()
+        deadline = time.monotonic() + max_seconds if max_seconds else None
+        wake = self._checkpoint_waker()
+        loads = 0
+        log.info("following %s@%s in %s for %s", self.settings.mlflow.registered_model,
+                 self.cfg.alias, self.settings.mlflow.uri, self.engine.base_url)
+        try:
+            while not stop.is_set():
+                loads += self.step()
+                if max_loads is not None and loads >= max_loads:
+                    break
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+                wait = self.cfg.poll_s
+                if deadline is not None:
+                    wait = max(0.0, min(wait, deadline - time.monotonic()))
+                if wake is not None:
+                    wake(wait)
+                else:
+                    stop.wait(wait)
+        finally:
+            self.engine.close()
+        return self.state
+
+    def _checkpoint_waker(self):
+        """With follow_checkpoints_topic: a wait that ends early when a checkpoint is announced."""
+        if not self.cfg.follow_checkpoints_topic:
+            return None
+        from confluent_kafka import Consumer
+
+        consumer = Consumer({"bootstrap.servers": self.settings.kafka.bootstrap_servers,
+                             "group.id": f"tracetrain-reloader-{os.getpid()}",
+                             "auto.offset.reset": "latest", "enable.auto.commit": False})
+        consumer.subscribe([self.settings.topics.checkpoints])
+
+        def wait(seconds: float) -> None:
+            message = consumer.poll(max(seconds, 0.01))
+            if message is not None and message.error() is None:
+                log.info("checkpoint announced on %s; polling MLflow now", message.topic())
+
+        return wait
+
+    def _save(self) -> None:
+        (self.folder / "state.json").write_text(json.dumps(asdict(self.state), indent=1))
+
+    def _once(self, message: str) -> None:
+        if message not in self._said:
+            self._said.add(message)
+            log.warning(message)
+
+    def _error(self, message: str) -> None:
+        self.state.last_error = message
+        log.error(message)

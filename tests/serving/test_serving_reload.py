@@ -1,0 +1,116 @@
+"""Hot reload through the real reloader, a real MLflow server and a real engine process."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from conftest import engine_settings, make_adapters, policy_info, register_version
+
+from infra import processes
+from infra.config import MlflowSettings
+from serving import services
+from serving.config import ReloaderSettings
+from serving.reloader import Reloader
+
+pytestmark = pytest.mark.mlflow
+ASK = {"model": "policy", "messages": [{"role": "user", "content": "What is the capital of France?"}],
+       "max_tokens": 4, "temperature": 0}
+
+
+@pytest.fixture(scope="module")
+def reload_engine(tmp_path_factory, base_model_dir, mlflow_server):
+    """A separate engine process: these tests change its weights."""
+    home = tmp_path_factory.mktemp("reload-home")
+    settings = engine_settings(home, base_model_dir)
+    settings = settings.model_copy(update={
+        "mlflow": MlflowSettings(port=mlflow_server.port,
+                                 registered_model=f"policy-{uuid.uuid4().hex[:6]}"),
+        "reloader": ReloaderSettings(alias="production", poll_s=0.2, max_attempts=2,
+                                     retry_s=0.1)})
+    services.start_engine(settings)
+    yield settings
+    processes.stop(settings.home_dir, services.ENGINE)
+
+
+@pytest.fixture(scope="module")
+def adapters(tmp_path_factory, base_model_dir):
+    return make_adapters(base_model_dir, tmp_path_factory.mktemp("adapters"), seeds=[1])
+
+
+def ask(url: str) -> dict:
+    response = httpx.post(f"{url}/v1/chat/completions", json=ASK, timeout=120)
+    response.raise_for_status()
+    body = response.json()
+    assert body["policy_version"] == int(response.headers["x-policy-version"])
+    return body
+
+
+def test_new_version_is_loaded_under_load_without_a_failed_request(reload_engine, adapters):
+    url = services.engine_url(reload_engine)
+    before = ask(url)
+    assert before["policy_version"] == 0
+    stop, seen, failures = threading.Event(), [], []
+
+    def client() -> None:
+        versions = []
+        while not stop.is_set():
+            try:
+                versions.append(ask(url)["policy_version"])
+            except (httpx.HTTPError, AssertionError) as exc:
+                failures.append(repr(exc))
+        seen.append(versions)
+
+    reloader = Reloader(reload_engine)
+    with ThreadPoolExecutor(8) as pool:
+        try:
+            for _ in range(8):
+                pool.submit(client)
+            time.sleep(1.0)
+            version = register_version(reload_engine.mlflow.uri,
+                                       reload_engine.mlflow.registered_model, adapters[0])
+            state = reloader.run(max_seconds=120, max_loads=1)
+            time.sleep(3.0)  # let every client finish at least one call on the new version
+        finally:
+            stop.set()
+    assert failures == []
+    assert state.serving_version == version and state.loads[0]["seconds"] < 30
+    for versions in seen:
+        assert versions == sorted(versions), "a client saw the version go backwards"
+    assert any(version in versions for versions in seen)
+    after = ask(url)
+    assert after["policy_version"] == version
+    assert after["choices"][0]["token_ids"] != before["choices"][0]["token_ids"]
+
+
+def test_corrupt_version_keeps_old_serving_and_is_not_retried_forever(reload_engine, adapters,
+                                                                      tmp_path):
+    url = services.engine_url(reload_engine)
+    serving = ask(url)
+    old = serving["policy_version"]
+    assert old >= 1, "runs after the hot-reload test"
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for part in adapters[0].iterdir():
+        data = part.read_bytes()
+        # Truncate the weights to half: the header promises bytes that are not there.
+        (broken / part.name).write_bytes(data[: len(data) // 2] if part.suffix == ".safetensors"
+                                         else data)
+    version = register_version(reload_engine.mlflow.uri, reload_engine.mlflow.registered_model,
+                               broken)
+    reloader = Reloader(reload_engine)
+    reloader.state.serving_version = old  # as a reloader that loaded `old` would remember
+    state = reloader.run(max_seconds=4)
+    assert str(version) in state.broken
+    assert "SafetensorsError" in state.broken[str(version)] or "cannot read" in \
+        state.broken[str(version)]
+    attempts = [load for load in policy_info(url)["loads"] if not load["ok"]]
+    assert len(attempts) == reload_engine.reloader.max_attempts  # then it stopped trying
+    assert "keeps serving" not in attempts[-1]["error"] and "cannot read" in attempts[-1]["error"]
+    after = ask(url)
+    assert after["policy_version"] == old
+    assert after["choices"][0]["token_ids"] == serving["choices"][0]["token_ids"]
