@@ -143,3 +143,28 @@ def test_real_vllm_serves_a_reloaded_adapter(tmp_path, base_model_dir):
         assert after["choices"][0]["logprobs"]["content"]
     finally:
         processes.stop(settings.home_dir, services.ENGINE)
+
+
+@pytest.mark.mlflow
+def test_reloader_reloads_after_an_engine_restart_and_never_moves_backwards(
+        vllm_double, mlflow_server, tmp_path, base_model_dir):
+    from mlflow import MlflowClient
+
+    name = f"vllm-{uuid.uuid4().hex[:6]}"
+    settings = load_settings(
+        home=tmp_path, base_model=str(base_model_dir), engine=EngineSettings(backend="vllm"),
+        mlflow=MlflowSettings(port=mlflow_server.port, registered_model=name),
+        reloader=ReloaderSettings(alias="production", poll_s=0.1, engine_url=vllm_double))
+    old, new = make_adapters(base_model_dir, tmp_path / "adapters", seeds=[6, 7])
+    first = register_version(mlflow_server.uri, name, old)
+    second = register_version(mlflow_server.uri, name, new)
+    reloader = Reloader(settings)
+    assert reloader.step() and reloader.state.serving_version == second
+    VllmDouble.loras.clear()  # the engine restarted and forgot the adapter
+    assert reloader.step(), "the reloader must notice and load the version again"
+    loads = [c for c in VllmDouble.calls if c[1] == "/v1/load_lora_adapter"]
+    assert len(loads) == 2 and loads[0] == loads[1]
+    MlflowClient(mlflow_server.uri).set_registered_model_alias(name, "production", first)
+    assert not reloader.step()  # the alias moved back: stay on the newer version
+    assert reloader.state.serving_version == second
+    assert len([c for c in VllmDouble.calls if c[1] == "/v1/load_lora_adapter"]) == 2
