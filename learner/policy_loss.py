@@ -127,14 +127,15 @@ def rl_loss(trainer, model, inputs: dict) -> tuple[torch.Tensor, dict[str, float
     trl_inputs = {k: inputs[k] for k in ("prompt_ids", "prompt_mask", "completion_ids",
                                          "completion_mask", "advantages", "num_items_in_batch")}
     has_old = inputs["has_old"]
-    if not bool(has_old.all()):
-        # No behaviour logprobs stored (e.g. a non-vLLM engine): fall back to the current
-        # policy, the on-policy ratio 1 that TRL itself uses when old logps are absent.
+    # Without stored behaviour logprobs (e.g. an engine that returns none) the ratio is the
+    # on-policy 1: TRL does that itself when `old_per_token_logps` is absent (detached current
+    # logps, no extra forward); a batch mixing both needs the current logps for some rows.
+    if bool(has_old.all()):
+        trl_inputs["old_per_token_logps"] = inputs["old_logps"]
+    elif bool(has_old.any()):
         current = response_logps(trainer, model, inputs)
-        old = torch.where(has_old.unsqueeze(1), inputs["old_logps"], current)
-    else:
-        old = inputs["old_logps"]
-    trl_inputs["old_per_token_logps"] = old
+        trl_inputs["old_per_token_logps"] = torch.where(has_old.unsqueeze(1),
+                                                        inputs["old_logps"], current)
     if trainer.beta != 0.0:
         if hasattr(model, "disable_adapter"):
             with model.disable_adapter():
