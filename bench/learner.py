@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.learner [--steps 3] [--batch 4] [--tokens 128] [--model DIR]
 
-Both loops run in this process on the same tensors (a fixed batch of transitions of
+Both loops run in this process, step for step interleaved, on the same tensors (a fixed batch of transitions of
 `--tokens` prompt+response tokens), the same base model (default: SmolLM2-135M-Instruct as
 safetensors, `resolve_base_model`), the same LoRA (r from settings, q_proj/v_proj), fp32,
 after one warm-up step each. Then one checkpoint is registered in a real MLflow server started
@@ -39,12 +39,15 @@ def transitions(batch: int, tokens: int) -> list[dict]:
         ids = torch.randint(10, 40000, (tokens,), generator=g).tolist()
         out.append({"transition_id": f"b{i}", "rollout_id": f"r{i}", "task_id": None,
                     "agent_name": "bench", "prompt_token_ids": ids[:half],
-                    "response_token_ids": ids[half:], "behaviour_logprobs": [],
+                    "response_token_ids": ids[half:],
+                    # As an engine reports them; the ratio then uses them (the live path).
+                    "behaviour_logprobs": [-10.8] * (tokens - half),
                     "policy_version": 0, "credited_return": float(i % 2)})
     return out
 
 
-def bare_peft(model_dir: Path, settings, inputs: dict, steps: int) -> float:
+def bare_peft(model_dir: Path, settings, inputs: dict):
+    """A plain PEFT loop: HF causal-LM loss on the response tokens, backward, clip, AdamW."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
@@ -55,26 +58,22 @@ def bare_peft(model_dir: Path, settings, inputs: dict, steps: int) -> float:
                                             lora_dropout=0.0, target_modules=LORA_TARGETS,
                                             task_type="CAUSAL_LM"))
     model.train()
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
-                            lr=settings.learner.lr)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=settings.learner.lr)
     ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
     mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
     labels = ids.masked_fill(mask == 0, -100)
     labels[:, : inputs["prompt_ids"].size(1)] = -100
-    tokens = int(mask.sum())
 
-    def step():
+    def step() -> int:
         loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), settings.learner.max_grad_norm)
+        torch.nn.utils.clip_grad_norm_(params, settings.learner.max_grad_norm)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        return int(mask.sum())
 
-    step()  # warm-up
-    started = time.perf_counter()
-    for _ in range(steps):
-        step()
-    return tokens * steps / (time.perf_counter() - started)
+    return step
 
 
 def main() -> None:
@@ -94,13 +93,21 @@ def main() -> None:
     weights = [1.0] * len(batch)
 
     policy = PolicyTrainer(settings, home / "trl")
-    policy.train_step(batch, advantages, weights)  # warm-up
-    started = time.perf_counter()
+    bare_step = bare_peft(policy.model_dir, settings, policy.inputs(batch, advantages, weights))
+    policy.train_step(batch, advantages, weights)  # warm-up, both
+    bare_step()
+    # Interleaved, so that load from other processes on the machine hits both loops alike.
+    ours_s = bare_s = 0.0
+    ours_tokens = bare_tokens = 0
     for _ in range(args.steps):
+        t0 = time.perf_counter()
         metrics = policy.train_step(batch, advantages, weights)
-    ours = metrics["tokens"] * args.steps / (time.perf_counter() - started)
-    bare = bare_peft(policy.model_dir, settings, policy.inputs(batch, advantages, weights),
-                     args.steps)
+        t1 = time.perf_counter()
+        bare_tokens += bare_step()
+        t2 = time.perf_counter()
+        ours_s, bare_s = ours_s + t1 - t0, bare_s + t2 - t1
+        ours_tokens += int(metrics["tokens"])
+    ours, bare = ours_tokens / ours_s, bare_tokens / bare_s
 
     mlflow = MlflowSettings(port=processes.free_port())
     mlflow_server.start(home / "mlflow-home", mlflow)
