@@ -44,7 +44,6 @@ class Join:
         self._lag_memo: dict[tuple[str, int], bool] | None = None
         self.ends: dict[tuple[str, int], int] = {}  # end offsets, asked at `ends_at`
         self.ends_at = 0.0
-        self.positions: dict[tuple[str, int], int | None] = {}  # of partitions not read yet
         self.waiting: set[bytes] = set()  # open rollouts with a final reward or end marker
         self._last_full_scan = 0.0
         self.topic_short = {settings.topics.spans: "spans", settings.topics.rewards: "rewards",
@@ -184,14 +183,10 @@ class Join:
         if end is None:
             return True  # not asked yet
         done = self.last_offset.get((short, partition))
-        if done is None:
-            # Nothing processed from it since this worker got it: caught up only if the
-            # consumer's position is at the end (fully consumed before: a restart, or a
-            # partition taken over from a dead worker) and a grace has passed for buffered
-            # records to be processed.
-            position = self.positions.get((short, partition))
-            return end > 0 and (position is None or position < end
-                                or time.time() - self.quiet_since < self.cfg.close_grace_s)
+        if done is None:  # nothing read since start: compare with what the group committed
+            tp = TP(self.settings.topics.name(short), partition)
+            committed = self.consumer._committed_offset.get(tp)
+            return not (end == 0 or (committed is not None and committed >= end - 1))
         return done + 1 < end
 
     async def refresh_ends(self, assigned: frozenset[int]) -> None:
@@ -202,10 +197,6 @@ class Join:
         tps = [TP(self.settings.topics.name(s), p) for s in ("spans", "rewards", "air") for p in assigned]
         ends = await self.consumer.highwaters(*tps)
         self.ends = {(self.topic_short[tp.topic], tp.partition): end for tp, end in ends.items()}
-        for tp in tps:
-            key = (self.topic_short[tp.topic], tp.partition)
-            if key not in self.last_offset:
-                self.positions[key] = await self.consumer.position(tp)
         self.ends_at = asked
 
     async def _close(self, key: bytes, state: Rollout, reason: str, in_event: bool) -> None:
