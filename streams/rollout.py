@@ -152,6 +152,11 @@ class Rollout:
                 and now_wall - max(self.end_wall, quiet_since) >= grace_s:
             return "end"
         if now_wall - max(self.last_wall, quiet_since) >= idle_timeout_s:
+            # A rollout that has its final reward is complete whatever the read-position
+            # bookkeeping says: it closes as "final" (same transitions, same emitted_ns), it
+            # never goes to the DLQ as a timeout.
+            if self.final_ts_ns is not None and self.starts:
+                return "final"
             return "timeout"
         return None
 
