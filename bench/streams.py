@@ -1,0 +1,192 @@
+"""Benchmark of the streams worker against a bare Faust passthrough, side by side.
+
+    .venv/bin/python -m bench.streams [--rollouts 300] [--latency-seconds 15]
+
+Starts its own Kafka broker (free ports, temporary home), then:
+1. passthrough: a bare Faust agent that decodes each span and forwards its bytes; a backlog
+   of spans is timed from the worker's start to the last forwarded record;
+2. ours: one `python -m streams` worker over a backlog of generated rollouts, timed to the
+   last transition (spans per second);
+3. latency: rollouts produced at 50% of our sustained rate; for each final reward, the time
+   from producing it to its rollout's last transition being readable (p50, p99).
+Prints the figures last as one JSON line: spans_per_s, passthrough_per_s, ratio,
+p50_latency_s, p99_latency_s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from infra import processes, topics
+from infra.config import KafkaSettings, TopicSettings
+from infra.kafka import broker
+from schemas import Codec
+from streams.process import settings_env, start_worker
+from streams.workload import generate, interleave
+from tracetrain.settings import Settings, load_settings
+
+
+def passthrough_worker() -> None:
+    """The bare baseline: decode a span, forward its bytes (run in a child process)."""
+    import faust
+
+    from streams.app import RAW, faust_app
+
+    settings = load_settings()
+    app = faust_app(settings, f"{settings.topics.prefix}-passthrough")
+    source, sink = app.topic(settings.topics.spans, **RAW), app.topic(settings.topics.name("passthrough"), **RAW)
+    codec = Codec()
+
+    @app.agent(source)
+    async def forward(stream):
+        async for event in stream.events():
+            codec.decode(event.value, "Span")
+            await sink.send(key=event.key, value=event.value)
+
+    faust.Worker(app, loglevel="WARNING", quiet=True).execute_from_commandline()
+
+
+def _producer(s: Settings) -> Producer:
+    return Producer({"bootstrap.servers": s.kafka.bootstrap_servers, "linger.ms": 5,
+                     "partitioner": "murmur2_random"})
+
+
+def _reader(s: Settings, topic: str) -> Consumer:
+    consumer = Consumer({"bootstrap.servers": s.kafka.bootstrap_servers, "group.id": uuid.uuid4().hex,
+                         "enable.auto.commit": False})
+    parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, 0) for p in parts])
+    return consumer
+
+
+def _count_until(consumer: Consumer, n: int, timeout_s: float) -> float:
+    """Read until n records; return the wall time the last one was read."""
+    seen, last, deadline = 0, time.time(), time.monotonic() + timeout_s
+    while seen < n and time.monotonic() < deadline:
+        msgs = consumer.consume(1000, timeout=0.2)
+        seen += sum(m.error() is None for m in msgs)
+        if msgs:
+            last = time.time()
+    if seen < n:
+        raise RuntimeError(f"only {seen} of {n} records arrived within {timeout_s}s")
+    return last
+
+
+def _settings(base: Settings, kafka: KafkaSettings, home: Path, prefix: str) -> Settings:
+    ts = TopicSettings(prefix=prefix, partitions=4)
+    topics.create_topics(kafka.bootstrap_servers, ts)
+    if prefix.endswith("pt"):
+        from confluent_kafka.admin import NewTopic
+        topics.admin(kafka.bootstrap_servers).create_topics([NewTopic(ts.name("passthrough"), 4, 1)])[ts.name("passthrough")].result()
+    streams = base.streams.model_copy(update={"web_port": processes.free_port(), "close_grace_s": 0.3,
+                                              "idle_timeout_s": 30.0, "timer_interval_s": 0.05})
+    return base.model_copy(update={"kafka": kafka, "topics": ts, "home": home, "streams": streams})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rollouts", type=int, default=300)
+    parser.add_argument("--latency-seconds", type=float, default=15.0)
+    parser.add_argument("--passthrough-worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.passthrough_worker:
+        return passthrough_worker()
+    home = Path(tempfile.mkdtemp(prefix="bench-streams-"))
+    kafka = KafkaSettings(port=processes.free_port(), controller_port=processes.free_port())
+    broker.start(home, kafka, 1)
+    kafka = kafka.model_copy(update={"bootstrap_servers": broker.bootstrap(kafka, 1)})
+    codec, base = Codec(), load_settings()
+    try:
+        rollouts = generate(args.rollouts, seed=1, p_never_closed=0.0, p_reward_first=0.0)
+        events = interleave(rollouts, seed=1)
+        n_spans = sum(1 for e in events if e[0] == "spans")
+        n_transitions = sum(1 for g in rollouts for s in g.spans if s["kind"] == "llm")
+
+        # 1. passthrough
+        pt = _settings(base, kafka, home, "bench-pt")
+        prod = _producer(pt)
+        for short, key, name, record in events:
+            if short == "spans":
+                prod.produce(pt.topics.spans, key=key.encode(), value=codec.encode(name, record))
+        prod.flush(30)
+        reader = _reader(pt, pt.topics.name("passthrough"))
+        env = settings_env(pt)
+        processes.spawn(home, "passthrough", [sys.executable, "-m", "bench.streams", "--passthrough-worker"],
+                              address="-", env=env, cwd=Path(__file__).resolve().parent.parent)
+        try:
+            first = _count_until(reader, 1, 120)
+            last = _count_until(reader, n_spans - 1, 300)
+        finally:
+            processes.stop(home, "passthrough", timeout_s=5)
+            reader.close()
+        passthrough = n_spans / max(last - first, 1e-9)
+
+        # 2. ours, same backlog shape
+        ours = _settings(base, kafka, home, "bench-ours")
+        prod = _producer(ours)
+        for short, key, name, record in events:
+            prod.produce(ours.topics.name(short), key=key.encode(), value=codec.encode(name, record))
+        prod.flush(30)
+        reader = _reader(ours, ours.topics.transitions)
+        worker = start_worker(ours, name="bench-streams", wait=False)
+        try:
+            first = _count_until(reader, 1, 120)
+            last = _count_until(reader, n_transitions - 1, 300)
+            spans_per_s = n_spans / max(last - first, 1e-9)
+
+            # 3. latency at half our sustained rate, same worker, fresh rollouts
+            live = generate(100_000, seed=2, p_never_closed=0.0, p_reward_first=0.0, prefix="live")
+            per_rollout = n_spans / len(rollouts)
+            interval = per_rollout / (spans_per_s * 0.5)
+            sent: dict[str, float] = {}
+            latencies: list[float] = []
+            start, i = time.time(), 0
+            while time.time() - start < args.latency_seconds:
+                g = live[i]
+                i += 1
+                for span in g.spans:
+                    prod.produce(ours.topics.spans, key=g.rollout_id.encode(), value=codec.encode("Span", span))
+                g.reward["timestamp_ns"] = time.time_ns()
+                prod.produce(ours.topics.rewards, key=g.rollout_id.encode(), value=codec.encode("Reward", g.reward))
+                prod.poll(0)
+                sent[g.rollout_id] = time.time()
+                _drain(reader, sent, latencies, codec, timeout=0)
+                time.sleep(max(0.0, start + i * interval - time.time()))
+            prod.flush(30)
+            deadline = time.time() + 30
+            while len(latencies) < len(sent) and time.time() < deadline:
+                _drain(reader, sent, latencies, codec, timeout=0.2)
+        finally:
+            processes.stop(home, worker.name, timeout_s=5)
+            reader.close()
+        latencies.sort()
+        pct = (lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))]) if latencies else (lambda q: float("nan"))
+        result = {"spans_per_s": round(spans_per_s, 1), "passthrough_per_s": round(passthrough, 1),
+                  "ratio": round(spans_per_s / passthrough, 3), "p50_latency_s": round(pct(0.5), 4),
+                  "p99_latency_s": round(pct(0.99), 4), "latency_rollouts": len(latencies),
+                  "latency_sent": len(sent), "spans": n_spans}
+    finally:
+        broker.stop(home)
+    print(json.dumps(result))
+
+
+def _drain(reader: Consumer, sent: dict, latencies: list, codec: Codec, timeout: float) -> None:
+    for msg in reader.consume(1000, timeout=timeout):
+        if msg.error() is not None:
+            continue
+        t = codec.decode(msg.value(), "Transition")
+        if t["is_last"] and t["rollout_id"] in sent:
+            latencies.append(time.time() - sent.pop(t["rollout_id"]))
+            sent[t["rollout_id"] + "/done"] = 0.0  # keep the count of sent rollouts
+
+
+if __name__ == "__main__":
+    main()
