@@ -44,34 +44,6 @@ def reference(base_model_dir):
     return model, tokenizer
 
 
-@pytest.fixture(scope="session")
-def mlflow_server(tt_home):
-    """Overrides the shared fixture for serving tests: on this loaded 2-core machine the MLflow
-    server took 142 s to answer /health (beyond the shared fixture's 90 s), mostly spent starting
-    its job runner, which the registry does not need."""
-    import os
-
-    from infra import mlflow_server as server
-    from infra.config import MlflowSettings
-
-    mlflow = MlflowSettings(port=processes.free_port(), start_timeout_s=300)
-    home = tt_home / "serving-mlflow"
-    saved = os.environ.get("MLFLOW_SERVER_ENABLE_JOB_EXECUTION")
-    os.environ["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"  # inherited by the server only
-    try:
-        server.start(home, mlflow)
-    except BaseException:
-        server.stop(home)  # a server that started too slowly must not outlive the session
-        raise
-    finally:
-        if saved is None:
-            os.environ.pop("MLFLOW_SERVER_ENABLE_JOB_EXECUTION")
-        else:
-            os.environ["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = saved
-    yield mlflow
-    server.stop(home)
-
-
 def policy_info(url: str) -> dict:
     return httpx.get(f"{url}/v1/policy", timeout=10).json()
 
