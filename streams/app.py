@@ -60,12 +60,15 @@ def create_app(settings: Settings) -> tuple[faust.App, Join]:
     async def join_spans(stream):
         """AIR deriver and span join in one agent, so each span is decoded once: the join
         applies the derived AirEvents at once and publishes them on the air topic, in the
-        span's own partition (co-partitioned whatever partitioner the producers use)."""
+        span's own partition (co-partitioned whatever partitioner the producers use).
+        Sent now (force), not at the next commit: closes wait for the air partition to be
+        read past their final reward, and these records are most of what it holds. A crash
+        re-derives them; the join ignores derived AirEvents it reads, so copies are harmless."""
         async for event in stream.events():
             for record in await join.on_span(event):
                 metrics.air_derived.labels(rule=record["rule"]).inc()
                 await air.send(key=record["rollout_id"].encode(), partition=event.message.partition,
-                               value=join.codec.encode("AirEvent", record))
+                               value=join.codec.encode("AirEvent", record), force=True)
 
     @app.agent(rewards, name="join_rewards")
     async def join_rewards(stream):
@@ -88,6 +91,10 @@ def create_app(settings: Settings) -> tuple[faust.App, Join]:
     @app.on_partitions_revoked.connect
     async def on_revoked(app, revoked, **kwargs):
         join.on_revoked()
+
+    @app.on_before_shutdown.connect
+    async def on_shutdown(app, **kwargs):
+        await join.shutdown()
 
     @app.page("/metrics")
     async def metrics_page(web, request):

@@ -2,18 +2,33 @@
 ones to the DLQ), update the rollout's state in the table, close rollouts and emit their
 transitions. Reads spans, rewards, air; writes transitions, dlq and the table's changelog.
 
-The table holds `Rollout.to_bytes()` per rollout_id; a decoded copy of this worker's rollouts
-is cached (and rebuilt from the table after a rebalance). Writes from an agent go through the
-table as usual; the timer (time-outs, closes waiting for the partition to catch up) has no
-current event, so it writes the changelog of the rollout's own partition explicitly.
+The table holds, per rollout_id, the rollout's state without its token lists
+(`Rollout.to_bytes(with_calls=False)`, small, rewritten on every event) and, under
+`call_key(rollout_id, span_id)`, each kept call once: an event costs what it adds, not the
+whole rollout again. A decoded copy of this worker's rollouts is cached (rebuilt from the
+table after a rebalance). Writes from an agent go through the table as usual; the timer has
+no current event, so it writes the changelog of the rollout's own partition explicitly.
+
+Closing never waits inside an agent: a close sends its transitions at once, and is recorded
+in the changelog (a small tombstone) by the timer only once Kafka has acknowledged all of
+them, so a crash in between re-emits identical transitions instead of losing them. The timer
+does little per tick: it checks the rollouts that wait on a final reward or end marker, the
+other open ones (time-outs) once a second, expires tombstones oldest first, and hands the
+event loop back to the agents every few milliseconds while it closes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import time
+from collections import deque
 from typing import Any
 
+from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import KafkaError
+from aiokafka.structs import TopicPartition
 from faust.types import TP
 
 from schemas import Codec, CodecError
@@ -25,6 +40,42 @@ from streams.rollout import ADDED, DUPLICATE, EXTRA_FINAL, LATE, Rollout
 from tracetrain.settings import Settings
 
 WATCHED = ("spans", "air")  # the streams a final reward waits for (see Rollout.close_reason)
+INPUTS = ("spans", "rewards", "air")
+SLICE_S = 0.01  # while closing, the timer lets the agents run at least this often
+log = logging.getLogger(__name__)
+
+
+def call_key(key: bytes, span_id: str) -> bytes:
+    """Table key of one kept call. The leading NUL cannot start a rollout key: `_decode`
+    sends rollout ids containing NUL to the DLQ."""
+    return b"\x00" + key + b"\x00" + span_id.encode()
+
+
+class EndOffsets:
+    """End offsets of input partitions, asked on a client of its own. Asked through Faust's
+    consumer, the ListOffsets request queued behind that connection's fetch long-poll (1.5 s
+    fetch_max_wait in Faust's aiokafka driver): a timer tick took ~1.4 s for it alone."""
+
+    def __init__(self, bootstrap_servers: str, timeout_s: float = 5.0):
+        self.bootstrap_servers, self.timeout_s = bootstrap_servers, timeout_s
+        self.client: AIOKafkaConsumer | None = None
+
+    async def ask(self, tps: list[TP]) -> dict[TP, int]:
+        if self.client is None:
+            client = AIOKafkaConsumer(bootstrap_servers=self.bootstrap_servers, group_id=None,
+                                      enable_auto_commit=False,
+                                      request_timeout_ms=int(self.timeout_s * 1000))
+            await client.start()
+            self.client = client
+        ends = await asyncio.wait_for(
+            self.client.end_offsets([TopicPartition(tp.topic, tp.partition) for tp in tps]),
+            self.timeout_s)
+        return {TP(tp.topic, tp.partition): end for tp, end in ends.items()}
+
+    async def close(self) -> None:
+        if self.client is not None:
+            client, self.client = self.client, None
+            await client.stop()
 
 
 class Join:
@@ -35,16 +86,20 @@ class Join:
         self.codec = Codec(registry_url=settings.schema_registry.url)
         self.rules, self.selector = AirRules(self.cfg.air_rules), Selector.from_settings(self.cfg)
         self.cache: dict[bytes, Rollout] = {}
+        self.open_keys: set[bytes] = set()  # cached rollouts not closed yet
+        self.waiting: set[bytes] = set()  # open rollouts with a final reward or end marker
+        self.expiry: deque[tuple[float, bytes]] = deque()  # closed rollouts, oldest close first
+        # closes sent but not yet in the changelog: (send futures, key, state, kept span ids)
+        self.unrecorded: list[tuple[list, bytes, Rollout, list[str]]] = []
         self.watermark: dict[tuple[str, int], int] = {}   # highest record ts read, per stream
-        self.last_read: dict[tuple[str, int], float] = {}  # wall time of the last record read
         self.last_offset: dict[tuple[str, int], int] = {}  # offset of the last record processed
         self.quiet_since = time.time()
         self.assigned: frozenset[int] | None = None
         self.consumer = consumer
+        self.end_offsets = EndOffsets(settings.kafka.bootstrap_servers)
         self._lag_memo: dict[tuple[str, int], bool] | None = None
         self.ends: dict[tuple[str, int], int] = {}  # end offsets, asked at `ends_at`
         self.ends_at = 0.0
-        self.waiting: set[bytes] = set()  # open rollouts with a final reward or end marker
         self._last_full_scan = 0.0
         self.topic_short = {settings.topics.spans: "spans", settings.topics.rewards: "rewards",
                             settings.topics.air: "air"}
@@ -57,7 +112,6 @@ class Join:
         ts_ns = int(msg.timestamp * 1e9)
         self.metrics.events_in.labels(topic=short).inc()
         self.watermark[(short, msg.partition)] = max(self.watermark.get((short, msg.partition), 0), ts_ns)
-        self.last_read[(short, msg.partition)] = time.time()
         self.last_offset[(short, msg.partition)] = msg.offset
         try:
             record = self.codec.decode(event.value, name)
@@ -70,6 +124,10 @@ class Join:
                              f"record key {key!r} differs from rollout_id {record['rollout_id']!r}; "
                              "producers must key by rollout_id (co-partitioning)")
             return None, short, msg.partition, ts_ns
+        if "\x00" in record["rollout_id"]:  # see call_key
+            await self._dead(event, "invalid_rollout_id",
+                             f"rollout_id {record['rollout_id']!r} contains NUL; expected text without it")
+            return None, short, msg.partition, ts_ns
         return record, short, msg.partition, ts_ns
 
     async def _dead(self, event: Any, reason: str, error: str) -> None:
@@ -80,10 +138,22 @@ class Join:
     def _state(self, key: bytes, partition: int) -> Rollout:
         state = self.cache.get(key)
         if state is None:
-            raw = self.table.get(key)
-            state = Rollout.from_bytes(raw) if raw else Rollout(key.decode(), partition)
-            self.cache[key] = state
+            raw = self.table.data.get(key)
+            state = self._restore(key, raw) if raw else Rollout(key.decode(), partition)
+            self._cache(key, state)
         return state
+
+    def _restore(self, key: bytes, raw: bytes) -> Rollout:
+        starts = json.loads(raw)["starts"]
+        calls = {span_id: self.table.data.get(call_key(key, span_id)) for span_id in starts}
+        return Rollout.from_bytes(raw, {s: c for s, c in calls.items() if c is not None})
+
+    def _cache(self, key: bytes, state: Rollout) -> None:
+        self.cache[key] = state
+        if state.closed:
+            self.expiry.append((state.closed_wall or time.time(), key))
+        else:
+            self.open_keys.add(key)
 
     async def _outcome(self, event: Any, short: str, outcome: str) -> bool:
         """Count a record that changed nothing; True if it did change its rollout."""
@@ -114,7 +184,7 @@ class Join:
         derived = self.rules.derive(span, ts_ns)
         for air in derived:  # the join applies AIR at once; see on_air
             state.add_air(air, ts_ns, time.time())
-        await self._after_event(key, state)
+        await self._after_event(key, state, span["span_id"] if verdict == "keep" else None)
         return derived
 
     async def on_reward(self, event: Any) -> None:
@@ -135,15 +205,17 @@ class Join:
         if await self._outcome(event, short, state.add_air(air, ts_ns, time.time())):
             await self._after_event(key, state)
 
-    async def _after_event(self, key: bytes, state: Rollout) -> None:
+    async def _after_event(self, key: bytes, state: Rollout, new_call: str | None = None) -> None:
         reason = self._close_reason(state, time.time())
         if reason:
             self.waiting.discard(key)
-            await self._close(key, state, reason, in_event=True)
-        else:
-            if state.final_ts_ns is not None or state.end_ts_ns is not None:
-                self.waiting.add(key)
-            self.table[key] = state.to_bytes()
+            await self._close(key, state, reason)
+            return
+        if state.final_ts_ns is not None or state.end_ts_ns is not None:
+            self.waiting.add(key)
+        if new_call is not None:  # before the state that names it: one partition keeps order
+            self.table[call_key(key, new_call)] = state.call_bytes(new_call)
+        self.table[key] = state.to_bytes(with_calls=False)
 
     # -- closing ----------------------------------------------------------------------------
 
@@ -162,7 +234,7 @@ class Join:
 
         # Idle in event time, not only on the wall clock: while this partition still has
         # records to read, its rollouts are not idle, they are behind.
-        behind = any(self._lagging(s, p) for s in ("spans", "rewards", "air"))
+        behind = any(self._lagging(s, p) for s in INPUTS)
         idle_timeout = float("inf") if behind else self.cfg.idle_timeout_s
         return state.close_reason(now, caught_up, grace, idle_timeout, self.quiet_since, read_past)
 
@@ -183,28 +255,37 @@ class Join:
         if end is None:
             return True  # not asked yet
         done = self.last_offset.get((short, partition))
-        if done is None:  # nothing read since start: compare with what the group committed
+        if done is None:
+            # Nothing processed here since this worker got the partition: caught up if the
+            # group's committed offset (the next one to read; Faust reads it from the broker
+            # at every assignment) is at the end, as after a restart or a takeover.
             tp = TP(self.settings.topics.name(short), partition)
             committed = self.consumer._committed_offset.get(tp)
-            return not (end == 0 or (committed is not None and committed >= end - 1))
+            return not (end == 0 or (committed is not None and committed >= end))
         return done + 1 < end
 
     async def refresh_ends(self, assigned: frozenset[int]) -> None:
-        """Ask the broker for the end offsets of this worker's input partitions."""
+        """Ask the broker for the end offsets of this worker's input partitions. On failure
+        the old ones stay, and so does `ends_at`: no rollout counts as caught up by them."""
         if self.consumer is None or not assigned:
             return
         asked = time.time()
-        tps = [TP(self.settings.topics.name(s), p) for s in ("spans", "rewards", "air") for p in assigned]
-        ends = await self.consumer.highwaters(*tps)
+        tps = [TP(self.settings.topics.name(s), p) for s in INPUTS for p in assigned]
+        try:
+            ends = await self.end_offsets.ask(tps)
+        except (KafkaError, TimeoutError, OSError) as exc:
+            log.warning("end offsets of %d partitions unknown (%r); asking again next tick", len(tps), exc)
+            return
         self.ends = {(self.topic_short[tp.topic], tp.partition): end for tp, end in ends.items()}
         self.ends_at = asked
 
-    async def _close(self, key: bytes, state: Rollout, reason: str, in_event: bool) -> None:
-        """Emit, wait until Kafka has it, and only then record the close in the changelog: a
-        crash in between re-emits identical transitions on replay instead of losing them."""
-        for future in await self._emit(key, state, reason):
-            await future
-        self._write(key, state, in_event)
+    async def _close(self, key: bytes, state: Rollout, reason: str) -> None:
+        """Send what closing produces; `record_closes` writes the tombstone once Kafka has it."""
+        kept = list(state.calls)
+        futures = await self._emit(key, state, reason)
+        self.open_keys.discard(key)
+        self.expiry.append((state.closed_wall or time.time(), key))
+        self.unrecorded.append((futures, key, state, kept))
 
     async def _emit(self, key: bytes, state: Rollout, reason: str) -> list:
         """Send what closing `state` produces; mark it closed. Returns the delivery futures."""
@@ -239,12 +320,32 @@ class Join:
         self.metrics.rollouts_closed.labels(reason=reason).inc()
         return futures
 
-    def _write(self, key: bytes, state: Rollout | None, in_event: bool) -> None:
-        raw = state.to_bytes() if state is not None else None
-        if in_event:
-            self.table[key] = raw
-            return
-        partition = state.partition if state is not None else self.cache[key].partition
+    def record_closes(self) -> None:
+        """Write the tombstones (and delete the calls) of closes whose sends Kafka has
+        acknowledged, in close order. A failed send raises here, so the worker stops without
+        recording a close whose transitions it lost; a restart re-emits them."""
+        done = 0
+        for futures, key, state, kept in self.unrecorded:
+            if not all(f.done() for f in futures):
+                break
+            for future in futures:
+                future.result()
+            for span_id in kept:
+                self._write(call_key(key, span_id), None, state.partition)
+            self._write(key, state.to_bytes(with_calls=False), state.partition)
+            done += 1
+        del self.unrecorded[:done]
+
+    async def shutdown(self, timeout_s: float = 10.0) -> None:
+        """On a clean stop: record what Kafka acknowledges in time, close our client."""
+        futures = [f for pending in self.unrecorded for f in pending[0]]
+        if futures:
+            await asyncio.wait(futures, timeout=timeout_s)
+        self.record_closes()
+        await self.end_offsets.close()
+
+    def _write(self, key: bytes, raw: bytes | None, partition: int) -> None:
+        """Set (None: delete) a table entry outside an agent: changelog, then local data."""
         self.table.send_changelog(partition, key, raw)
         if raw is None:
             self.table.data.pop(key, None)
@@ -254,54 +355,64 @@ class Join:
     # -- timer ------------------------------------------------------------------------------
 
     def on_revoked(self) -> None:
-        self.cache.clear()
+        """Forget the read positions with the rollouts: the next owner of a partition (maybe
+        this worker again) reads it from the committed offset, which `_lagging` then asks."""
+        for state in (self.cache, self.open_keys, self.waiting, self.expiry, self.watermark,
+                      self.last_offset):
+            state.clear()
         self.assigned = None
 
     def _rebuild(self, assigned: frozenset[int]) -> None:
+        restored = []
         for key, raw in list(self.table.data.items()):
-            if raw and key not in self.cache:
-                state = Rollout.from_bytes(raw)
+            if raw and not key.startswith(b"\x00") and key not in self.cache:
+                state = self._restore(key, raw)
                 if state.partition in assigned:
-                    self.cache[key] = state
+                    restored.append((key, state))
+        restored.sort(key=lambda item: item[1].closed_wall or 0.0)  # expiry: oldest first
+        for key, state in restored:
+            self._cache(key, state)
+            if not state.closed and (state.final_ts_ns is not None or state.end_ts_ns is not None):
+                self.waiting.add(key)
         self.assigned, self.quiet_since = assigned, time.time()
 
     async def tick(self, assigned: frozenset[int]) -> None:
-        """Close what may close, forget closed rollouts after their retention."""
+        """Record finished closes, close what may close, forget tombstones past retention."""
         if assigned != self.assigned:
             self._rebuild(assigned)
+        self.record_closes()
         await self.refresh_ends(assigned)
         now = time.time()
-        # Rollouts waiting to close are checked every tick; the rest (time-outs, retention)
+        # Rollouts waiting to close are checked every tick; the other open ones (time-outs)
         # once a second, which is plenty for timeouts of seconds to minutes.
         full = now - self._last_full_scan >= 1.0
         if full:
             self._last_full_scan = now
-            self.waiting = {k for k, st in self.cache.items()
-                            if not st.closed and (st.final_ts_ns is not None or st.end_ts_ns is not None)}
-        keys = list(self.cache) if full else list(self.waiting)
-        open_count, closing, futures = 0, [], []
         self._lag_memo = {}
-        for key in keys:
+        slice_end = time.monotonic() + SLICE_S
+        try:
+            for key in list(self.open_keys if full else self.waiting):
+                state = self.cache.get(key)
+                if state is None or state.closed or state.partition not in assigned:
+                    self.waiting.discard(key)
+                    continue
+                reason = self._close_reason(state, now)
+                if reason:
+                    self.waiting.discard(key)
+                    await self._close(key, state, reason)
+                if time.monotonic() >= slice_end:
+                    await asyncio.sleep(0)
+                    slice_end = time.monotonic() + SLICE_S
+        finally:
+            self._lag_memo = None
+        self._expire(now)
+        self.metrics.rollouts_open.set(len(self.open_keys))
+
+    def _expire(self, now: float) -> None:
+        retention = self.cfg.closed_retention_s
+        while self.expiry and now - self.expiry[0][0] > retention:
+            _, key = self.expiry.popleft()
             state = self.cache.get(key)
-            if state is None or state.partition not in assigned:
-                self.waiting.discard(key)
-                continue
-            if state.closed:
-                if now - (state.closed_wall or now) > self.cfg.closed_retention_s:
-                    self._write(key, None, in_event=False)
-                    self.cache.pop(key, None)
-                continue
-            reason = self._close_reason(state, now)
-            if reason:
-                futures += await self._emit(key, state, reason)
-                closing.append((key, state))
-                self.waiting.discard(key)
-            else:
-                open_count += 1
-        self._lag_memo = None
-        if full:
-            self.metrics.rollouts_open.set(open_count)
-        for future in futures:  # all closes of this tick wait for Kafka together
-            await future
-        for key, state in closing:
-            self._write(key, state, in_event=False)
+            if state is not None and state.closed:
+                self._write(key, None, state.partition)
+                del self.cache[key]

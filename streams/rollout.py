@@ -1,5 +1,5 @@
 """The state of one rollout in the join, as stored (JSON bytes) in the Faust table keyed by
-rollout_id. Pure: the agents in `streams/app.py` feed it decoded events with the record's
+rollout_id (the kept calls' token lists apart, one entry per call: see `to_bytes`). Pure: the agents in `streams/app.py` feed it decoded events with the record's
 timestamp and the wall clock, ask whether it may close, and emit what it builds.
 
 Life cycle
@@ -60,13 +60,23 @@ class Rollout:
 
     # -- storage ----------------------------------------------------------------------------
 
-    def to_bytes(self) -> bytes:
+    def to_bytes(self, with_calls: bool = True) -> bytes:
+        """The state as JSON; without `calls` (the token lists) it stays small, so the join
+        can rewrite it on every event and store each call once on its own (`call_bytes`)."""
         # vars(), not dataclasses.asdict: asdict deep-copies every token list (hot path)
-        return json.dumps(vars(self), separators=(",", ":")).encode()
+        fields = vars(self) if with_calls else {**vars(self), "calls": {}}
+        return json.dumps(fields, separators=(",", ":")).encode()
+
+    def call_bytes(self, span_id: str) -> bytes:
+        return json.dumps(self.calls[span_id], separators=(",", ":")).encode()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> Rollout:
-        return cls(**json.loads(data))
+    def from_bytes(cls, data: bytes, calls: dict[str, bytes] | None = None) -> Rollout:
+        """Inverse of `to_bytes`; `calls` adds the `call_bytes` stored apart, by span_id."""
+        state = cls(**json.loads(data))
+        for span_id, raw in (calls or {}).items():
+            state.calls[span_id] = json.loads(raw)
+        return state
 
     # -- events -----------------------------------------------------------------------------
 

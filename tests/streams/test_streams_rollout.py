@@ -139,6 +139,11 @@ def test_state_roundtrip_gives_identical_transitions():
     for state in states.values():
         again = Rollout.from_bytes(state.to_bytes())
         assert again.transitions("final", "air", 1.0, 5) == state.transitions("final", "air", 1.0, 5)
+        # as the join stores it: the small state, and each call apart
+        header = state.to_bytes(with_calls=False)
+        assert b"prompt_token_ids" not in header
+        apart = Rollout.from_bytes(header, {s: state.call_bytes(s) for s in state.calls})
+        assert apart.transitions("final", "air", 1.0, 5) == state.transitions("final", "air", 1.0, 5)
 
 
 def test_air_on_unknown_span_is_reported():
