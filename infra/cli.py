@@ -106,17 +106,17 @@ def status() -> None:
     console.print(f"MLflow UI: {settings.mlflow.uri}")
 
 
-def demo(spans: int = typer.Option(5, help="Spans to publish and read back.")) -> None:
-    """Bring the stack up, publish and read back a few spans, stop everything."""
-    from infra import smoke_demo
+def smoke(spans: int = typer.Option(5, help="Spans to publish and read back.")) -> None:
+    """Check the local stack: bring it up, publish and read back a few spans, stop it."""
+    from infra import smoke
 
-    found = smoke_demo.run(get_settings(), spans, console, status)
+    found = smoke.run(get_settings(), spans, console, status)
     if found != spans:
         raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:
-    app.command("demo")(demo)
+    app.command("smoke")(smoke)
     app.add_typer(kafka_app, name="kafka")
     app.add_typer(topics_app, name="topics")
     app.command("up")(up)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -17,12 +19,13 @@ import typer
 
 from infra import processes
 from infra.stack import register_service
+from tracetrain.settings import settings_env
 
 
 def _start_service(settings) -> processes.ProcessRecord:
     argv = [sys.executable, "-m", "tracetrain.cli", "learner"]
     return processes.spawn(settings.home_dir, "learner", argv, address="-",
-                           env={"TRACETRAIN_HOME": str(settings.home_dir)},
+                           env=settings_env(settings),
                            cwd=Path.cwd())
 
 
@@ -99,10 +102,14 @@ def register(app: typer.Typer) -> None:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
         settings = _apply(get_settings(), mode, None, None)
         started = time.time()
+        # SIGTERM (`tracetrain down`, the demo's stop) ends the loop between batches, so the
+        # last steps are checkpointed and registered instead of lost.
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
         with _Progress(max_steps) as progress:
             result = run_learner(settings, experiment=experiment, max_steps=max_steps,
                                  until_step=until_step, max_seconds=max_seconds,
-                                 on_step=progress)
+                                 on_step=progress, stop=stop)
         _report(result, started)
 
     @app.command("replay")

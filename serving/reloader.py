@@ -39,6 +39,12 @@ class Target:
     registered_ms: int | None = None
 
 
+def _as_target(mv) -> Target:
+    tag = (mv.tags or {}).get("policy_version")
+    return Target(int(mv.version), mv.source, int(tag) if tag else int(mv.version),
+                  mv.last_updated_timestamp)
+
+
 @dataclass
 class ReloaderState:
     serving_version: int | None = None
@@ -59,7 +65,8 @@ def find_checkpoint(folder: Path) -> tuple[str, Path]:
 
 
 class Reloader:
-    def __init__(self, settings: Settings, client: EngineClient | None = None):
+    def __init__(self, settings: Settings, client: EngineClient | None = None,
+                 folder: Path | None = None):
         self.settings = settings
         self.cfg = settings.reloader
         # MLflow retries a dead server for minutes by default; we retry on our own schedule.
@@ -70,7 +77,7 @@ class Reloader:
         self.mlflow = MlflowClient(tracking_uri=settings.mlflow.uri)
         self.engine = client or EngineClient(engine_url(settings), settings.engine.backend,
                                              settings.engine.served_name)
-        self.folder = settings.home_dir / "reloader"
+        self.folder = folder or settings.home_dir / "reloader"  # state.json, downloads
         self.folder.mkdir(parents=True, exist_ok=True)
         self.state = ReloaderState()
         self._next_try: dict[int, float] = {}
@@ -97,9 +104,18 @@ class Reloader:
                 self._once(f"no {name}@{alias} in MLflow yet; waiting")
                 return None
             raise ServingError(f"MLflow at {self.settings.mlflow.uri} failed: {exc}") from exc
-        tag = (mv.tags or {}).get("policy_version")
-        return Target(int(mv.version), mv.source, int(tag) if tag else int(mv.version),
-                      mv.last_updated_timestamp)
+        return _as_target(mv)
+
+    def version(self, number: int) -> Target:
+        """Registered version `number` of the model (`tracetrain eval --version`)."""
+        from mlflow.exceptions import MlflowException
+
+        name = self.settings.mlflow.registered_model
+        try:
+            return _as_target(self.mlflow.get_model_version(name, str(number)))
+        except MlflowException as exc:
+            raise ServingError(f"version {number} of {name} not found in MLflow at "
+                               f"{self.settings.mlflow.uri}: {exc}") from exc
 
     def step(self) -> bool:
         """Bring the engine to the alias's version if needed; True if a load happened."""
@@ -126,7 +142,7 @@ class Reloader:
             if current == target.version and self.engine.serves(self._local(target),
                                                                 target.policy_version):
                 return False
-            return self._load(target)
+            return self.load(target)
         except EngineUnavailable as exc:
             self._error(f"{exc}; retrying in {self.cfg.poll_s}s")
             return False
@@ -134,7 +150,8 @@ class Reloader:
     def _local(self, target: Target) -> str:
         return str(self.folder / "versions" / str(target.version))
 
-    def _load(self, target: Target) -> bool:
+    def load(self, target: Target) -> bool:
+        """Download `target` (once) and make the engine serve it; False if it failed."""
         import mlflow.artifacts
 
         key, started = str(target.version), time.monotonic()

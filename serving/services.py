@@ -32,7 +32,8 @@ def engine_url(settings: Settings) -> str:
     return f"http://{settings.engine.host}:{settings.engine.port}"
 
 
-def start_engine(settings: Settings, wait: bool = True) -> processes.ProcessRecord:
+def start_engine(settings: Settings, wait: bool = True, name: str = ENGINE) -> processes.ProcessRecord:
+    """Spawn the engine of settings.engine; `name` keys its pid file (one per engine)."""
     engine = settings.engine
     processes.require_free(engine.host, engine.port, "the engine")
     if engine.backend == "vllm":
@@ -43,7 +44,7 @@ def start_engine(settings: Settings, wait: bool = True) -> processes.ProcessReco
     else:
         argv = [sys.executable, "-m", "serving.engine"]
         env, health = child_env(settings), f"{engine_url(settings)}/health"
-    record = processes.spawn(settings.home_dir, ENGINE, argv, address=f"{engine.host}:{engine.port}",
+    record = processes.spawn(settings.home_dir, name, argv, address=f"{engine.host}:{engine.port}",
                              health_url=health, env=env)
     if wait:
         processes.wait_until(lambda: processes.healthy(record), engine.start_timeout_s,

@@ -3,7 +3,8 @@
     tracetrain --help
 
 The local stack (kafka, topics, up, down, status) is defined in `infra/cli.py`; each stage
-adds its own commands from `STAGE/cli.py` (gateway, streams, learner, engine, reloader, ...).
+adds its own commands from `STAGE/cli.py` (gateway, streams, learner, engine, reloader, ...);
+the closed loop (demo, eval) is `demo/cli.py`.
 Settings are built once here, at process start, and invalid ones fail before anything runs.
 """
 
@@ -13,6 +14,7 @@ import sys
 
 import typer
 
+from demo import cli as demo_cli
 from infra import cli as infra_cli
 from learner import cli as learner_cli
 from producers import cli as producers_cli
@@ -28,7 +30,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-for stage in (infra_cli, producers_cli, streams_cli, learner_cli, serving_cli):
+for stage in (infra_cli, producers_cli, streams_cli, learner_cli, serving_cli, demo_cli):
     stage.register(app)
 
 

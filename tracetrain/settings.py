@@ -8,12 +8,13 @@ defines its own section in `STAGE/config.py`; this module only assembles them.
 
 from __future__ import annotations
 
+import json
 import os
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -100,3 +101,36 @@ def load_settings(**overrides: Any) -> Settings:
 def get_settings() -> Settings:
     """The process-wide settings, built on first use (at process start in the CLI)."""
     return load_settings()
+
+
+def _flatten(values: dict, prefix: str, out: dict[str, str]) -> None:
+    for name, value in values.items():
+        key = f"{prefix}{name.upper()}"
+        if isinstance(value, dict) and name not in _MAP_FIELDS:
+            _flatten(value, f"{key}__", out)
+        elif value is None:
+            continue
+        elif isinstance(value, (list, dict)):
+            out[key] = json.dumps([v.get_secret_value() if isinstance(v, SecretStr) else v
+                                   for v in value] if isinstance(value, list) else value)
+        elif isinstance(value, SecretStr):
+            out[key] = value.get_secret_value()
+        elif isinstance(value, Path):
+            out[key] = str(value.resolve())
+        else:
+            out[key] = str(value)
+
+
+_MAP_FIELDS: set[str] = set()  # dict-valued settings fields (none today) go as JSON
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """Every value of `settings` as `TRACETRAIN_*` variables, for a child process that builds
+    its own Settings from the environment and must see exactly the parent's (tests and the demo
+    build theirs in code)."""
+    out: dict[str, str] = {}
+    # Only what differs from the defaults: a few values (Literal[1, 3]) do not parse from text.
+    _flatten(settings.model_dump(exclude_defaults=True), ENV_PREFIX, out)
+    out[f"{ENV_PREFIX}HOME"] = str(settings.home_dir)  # the child's cwd may differ
+    out[f"{ENV_PREFIX}CONFIG"] = "/nonexistent/tracetrain.toml"  # the env says everything
+    return out

@@ -27,6 +27,14 @@ SYSTEM_PROMPT = (
     "<tool>calc: EXPRESSION</tool> (EXPRESSION uses numbers, + - * / and parentheses) and "
     "stop; the result comes back to you. When you know the result, write ANSWER: <number>."
 )
+# One worked exchange before the problem: SmolLM2-135M ignores the instructions alone (0% on
+# held-out problems, measured) but copies a demonstrated format (about 19% greedy).
+DEMONSTRATION = [
+    {"role": "user", "content": "Ben has 17 coins and gets 25 more. How many coins does Ben have now?"},
+    {"role": "assistant", "content": "<tool>calc: 17 + 25</tool>"},
+    {"role": "user", "content": "Result: 42"},
+    {"role": "assistant", "content": "ANSWER: 42"},
+]
 _TOOL_RE = re.compile(r"<tool>\s*calc\s*:\s*(.*?)\s*</tool>", re.IGNORECASE | re.DOTALL)
 
 
@@ -65,7 +73,7 @@ class CalcAgent:
 
     def _episode(self, problem, task_id, rollout_id, seed, rollout) -> Episode:
         episode = Episode(problem, rollout_id)
-        messages = [{"role": "system", "content": SYSTEM_PROMPT},
+        messages = [{"role": "system", "content": SYSTEM_PROMPT}, *DEMONSTRATION,
                     {"role": "user", "content": problem.question}]
         headers = {"X-Rollout-Id": rollout_id, "X-Task-Id": task_id,
                    "X-Agent-Name": self.agent_name}
@@ -73,7 +81,8 @@ class CalcAgent:
             completion = self.client.chat.completions.create(
                 model=self.model, messages=messages, max_tokens=self.max_tokens,
                 temperature=self.temperature, seed=None if seed is None else seed + turn,
-                stop=["</tool>"], extra_headers=headers,
+                # one line per turn, as demonstrated: a rambling answer costs no more tokens
+                stop=["</tool>", "\n"], extra_headers=headers,
             )
             text = completion.choices[0].message.content or ""
             if completion.choices[0].finish_reason == "stop" and "<tool>" in text and "</tool>" not in text:

@@ -1,4 +1,4 @@
-"""The `tracetrain` command as a user runs it: demo (up, status, spans, down), clear errors."""
+"""The `tracetrain` command as a user runs it: smoke (up, status, spans, down), clear errors."""
 
 from __future__ import annotations
 
@@ -31,9 +31,9 @@ def _env(home: Path, **extra: str) -> dict[str, str]:
 
 def test_every_command_has_help():
     out = subprocess.run([TRACETRAIN, "--help"], capture_output=True, text=True, check=True).stdout
-    for command in ("up", "down", "status", "kafka", "topics", "demo"):
+    for command in ("up", "down", "status", "kafka", "topics", "smoke", "demo", "eval"):
         assert command in out
-    for sub in (["kafka", "start"], ["topics", "create"], ["up"], ["demo"]):
+    for sub in (["kafka", "start"], ["topics", "create"], ["up"], ["smoke"], ["demo"], ["eval"]):
         help_text = subprocess.run([TRACETRAIN, *sub, "--help"], capture_output=True, text=True,
                                    check=True).stdout
         assert "Usage" in help_text
@@ -62,8 +62,8 @@ def test_status_with_nothing_running(tmp_path):
 
 @pytest.mark.integration
 @pytest.mark.mlflow
-def test_demo_brings_the_stack_up_round_trips_spans_and_stops(tmp_path):
-    result = subprocess.run([TRACETRAIN, "demo", "--spans", "5"], env=_env(tmp_path),
+def test_smoke_brings_the_stack_up_round_trips_spans_and_stops(tmp_path):
+    result = subprocess.run([TRACETRAIN, "smoke", "--spans", "5"], env=_env(tmp_path),
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout

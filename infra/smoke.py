@@ -1,6 +1,7 @@
-"""`tracetrain demo` until the learning loop lands: the local stack end to end.
+"""`tracetrain smoke`: the local stack end to end, in a minute (the learning loop is
+`tracetrain demo`, demo/run.py).
 
-    tracetrain demo [--spans 5]
+    tracetrain smoke [--spans 5]
 
 Brings the stack up (Kafka, topics, MLflow), shows `tracetrain status`, publishes a few Avro
 spans to the spans topic and reads them back, then stops everything it started.

@@ -1,0 +1,93 @@
+"""`tracetrain demo` (the closed loop) and `tracetrain eval` (held-out accuracy)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from demo.tasks import TASKS
+
+console = Console()
+
+
+def demo(
+    minutes: float = typer.Option(14.0, help="Minutes of training traffic (evaluations and "
+                                  "start-up come on top; the defaults end within 30 minutes)."),
+    task: str = typer.Option("calc", help=f"One of: {', '.join(TASKS)}."),
+    workers: int = typer.Option(6, min=1, help="Agent threads sending rollouts through the gateway."),
+    mode: str = typer.Option("sft", help="Learner mode: rl, sft or kto."),
+    n_eval: int = typer.Option(200, "--n-eval", min=1, help="Held-out problems for base and final accuracy."),
+    version_eval: int = typer.Option(32, min=0, help="Held-out problems checked at each new "
+                                     "version (0: none)."),
+    temperature: float = typer.Option(0.3, min=0.0, help="Sampling temperature of the agents "
+                                      "(exploration)."),
+    lr: float = typer.Option(5e-4, min=0.0, help="Learning rate of the learner."),
+    group_size: int = typer.Option(4, min=2, help="Rollouts per training problem (GRPO group)."),
+) -> None:
+    """Agents improving from their own traffic: brings the stack up (Kafka, MLflow, engine,
+    Faust worker, gateway, learner, reloader), runs agent workers through the gateway, shows a
+    live dashboard, then reports held-out accuracy of the base model against the final version
+    and writes demo/summary.json and a reward curve under the state folder."""
+    from demo.run import DemoOptions, DemoRun
+    from tracetrain.settings import get_settings
+
+    if mode not in ("rl", "sft", "kto"):
+        raise typer.BadParameter(f"{mode!r}: expected rl, sft or kto", param_hint="--mode")
+    if task not in TASKS:
+        raise typer.BadParameter(f"{task!r}: expected one of {', '.join(TASKS)}", param_hint="--task")
+    opts = DemoOptions(task=task, minutes=minutes, workers=workers, mode=mode, n_eval=n_eval,
+                       version_eval_n=version_eval, group_size=group_size,
+                       temperature=temperature, lr=lr)
+    summary = DemoRun(get_settings(), opts, console).run()
+    typer.echo(json.dumps({k: summary[k] for k in ("task", "base_accuracy", "final_accuracy", "n",
+                                                   "minutes", "versions", "mean_reload_s")}))
+
+
+def eval_command(
+    task: str = typer.Option("calc", help=f"One of: {', '.join(TASKS)}."),
+    problems: str = typer.Option(None, help="JSONL problems: {question, answer} for calc, "
+                                  "{db, question, gold_sql} for sql (default: generated)."),
+    n: int = typer.Option(200, min=1, help="Generated problems (ignored with --problems)."),
+    seed: int = typer.Option(None, help="Seed of the generated problems (default: the demo's "
+                             "held-out seed, never trained on)."),
+    version: str = typer.Option(None, help="A registered version number, or `base`."),
+    alias: str = typer.Option(None, help="A registry alias instead of a version (latest, production)."),
+    threads: int = typer.Option(8, min=1, help="Problems solved at once."),
+) -> None:
+    """Held-out accuracy of a registered version (or the base model) through the task's agent,
+    greedy. Starts an engine of its own on a free port and stops it after; prints one JSON line
+    last: task, version, n, accuracy."""
+    from demo import evaluate
+    from demo.tasks import get_task
+    from tracetrain.settings import get_settings
+
+    if version is not None and alias is not None:
+        raise typer.BadParameter("give --version or --alias, not both", param_hint="--alias")
+    if version not in (None, "base") and not version.isdigit():
+        raise typer.BadParameter(f"{version!r}: expected a version number or `base`",
+                                 param_hint="--version")
+    try:
+        chosen = get_task(task)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--task") from exc
+    settings = get_settings()
+    folder = settings.home_dir / "eval"
+    try:
+        items = chosen.read(Path(problems)) if problems else chosen.problems(
+            n, evaluate.HELD_OUT_SEED if seed is None else seed, folder)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--problems") from exc
+    number = int(version) if version not in (None, "base") else None
+    with evaluate.own_engine(settings, version=number, alias=alias) as (url, label):
+        rewards = evaluate.with_progress(chosen, items, url, f"{task} version {label}",
+                                         threads=threads, console=Console(stderr=True))
+    result = evaluate.EvalResult(task, label, len(rewards), sum(rewards) / max(1, len(rewards)), rewards)
+    typer.echo(json.dumps(result.summary()))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("demo")(demo)
+    app.command("eval")(eval_command)

@@ -1,0 +1,109 @@
+"""Held-out accuracy: the task's own agent, greedy, straight to an engine (not through the
+gateway, so evaluation traffic never becomes training data).
+
+    tracetrain eval --task calc --n 200 --seed 1000 --version 3     # demo/cli.py
+
+`own_engine` starts an engine of its own on a free port, serving the base model or a registered
+version (downloaded from MLflow as the reloader does), and stops it afterwards: eval works
+whether the stack is up or not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from infra import processes
+from serving.reloader import Reloader
+from serving.services import start_engine
+from tracetrain.errors import TracetrainError
+from tracetrain.settings import Settings
+
+HELD_OUT_SEED = 1_000_003  # never used for training problems (see demo/traffic.py)
+
+
+class EvalError(TracetrainError):
+    pass
+
+
+@dataclass
+class EvalResult:
+    task: str
+    version: str
+    n: int
+    accuracy: float
+    rewards: list[float]
+
+    def summary(self) -> dict:
+        return {"task": self.task, "version": self.version, "n": self.n,
+                "accuracy": round(self.accuracy, 4)}
+
+
+def accuracy(task, problems: list, base_url: str, threads: int = 8,
+             on_done: Callable[[float], None] | None = None) -> list[float]:
+    """Rewards of the task's agent on `problems`, greedy (temperature 0, fixed seeds): the
+    same engine state gives the same rewards. `on_done(reward)` after each problem."""
+    agent = task.agent(base_url, tracer=None, temperature=0.0)
+
+    def one(item):
+        index, problem = item
+        value = task.solve(agent, problem, task_id=f"eval-{index}", seed=index)
+        if on_done is not None:
+            on_done(value)
+        return value
+
+    with ThreadPoolExecutor(max(1, threads)) as pool:
+        return list(pool.map(one, enumerate(problems)))
+
+
+def with_progress(task, problems: list, base_url: str, label: str, threads: int = 8,
+                  console=None) -> list[float]:
+    """`accuracy` with a rich progress bar (running accuracy in the description)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    done = {"n": 0, "sum": 0.0}
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=False) as bar:
+        job = bar.add_task(label, total=len(problems))
+
+        def step(value: float) -> None:
+            done["n"] += 1
+            done["sum"] += value
+            bar.update(job, advance=1,
+                       description=f"{label} accuracy {done['sum'] / done['n']:.3f}")
+
+        return accuracy(task, problems, base_url, threads, on_done=step)
+
+
+@contextlib.contextmanager
+def own_engine(settings: Settings, version: int | None = None, alias: str | None = None,
+               name: str = "eval-engine") -> Iterator[tuple[str, str]]:
+    """An engine on a free port serving the base model (neither version nor alias), a
+    registered version or the version an alias points to. Yields (base_url, label)."""
+    port = processes.free_port(settings.engine.host)
+    engine = settings.engine.model_copy(update={"port": port})
+    url = f"http://{engine.host}:{port}"
+    reloader_cfg = settings.reloader.model_copy(update={"engine_url": url, **(
+        {"alias": alias} if alias else {})})
+    settings = settings.model_copy(update={"engine": engine, "reloader": reloader_cfg})
+    record = start_engine(settings, name=f"{name}-{port}")
+    try:
+        label = "base"
+        if version is not None or alias is not None:
+            with tempfile.TemporaryDirectory(prefix="tt-eval-") as folder:
+                reloader = Reloader(settings, folder=Path(folder))
+                target = reloader.version(version) if version is not None else reloader.target()
+                if target is None:
+                    raise EvalError(f"no version of {settings.mlflow.registered_model}@{alias} "
+                                    f"in MLflow at {settings.mlflow.uri}")
+                if not reloader.load(target):
+                    raise EvalError(f"the engine could not load version {target.version}: "
+                                    f"{reloader.state.last_error}")
+                label = str(target.version)
+        yield f"{url}/v1", label
+    finally:
+        processes.stop(settings.home_dir, record.name, timeout_s=10)

@@ -1,0 +1,247 @@
+"""`tracetrain demo`: the whole loop on this machine, start to finish.
+
+1. Kafka and MLflow (reused if this state folder already runs them), this run's topics
+   (prefix `<prefix>-demo-<run>`), the engine serving the base model.
+2. Held-out accuracy of the base model (greedy, straight to the engine; cached per model,
+   task, problems and agent, since greedy decoding of the same model gives the same answers).
+3. The Faust worker, the gateway in front of the engine, the learner and the reloader, then
+   the agent workers: rollouts through the gateway, rewards from the tracer.
+4. A live dashboard for `minutes`; a small held-out evaluation at each new served version.
+5. Stop the agents and the learner (its last steps are registered), wait for the reloader to
+   serve the last version, held-out accuracy of it on the same problems as the base.
+6. `home/demo/<run>/summary.json` and `reward_curve.png`, the MLflow address; everything this
+   run started is stopped, whatever happened.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from dataclasses import dataclass
+
+import httpx
+from rich.console import Console
+from rich.live import Live
+
+from demo import evaluate, report
+from demo.dashboard import render
+from demo.monitor import HeldOut, Monitor
+from demo.tasks import Task, get_task
+from demo.traffic import Traffic
+from examples.calc import agent as calc_agent
+from infra import mlflow_server, processes, stack, topics
+from infra.kafka import broker
+from serving import services
+from streams.process import start_worker
+from tracetrain.errors import TracetrainError
+from tracetrain.settings import Settings
+
+SERVICES = ("streams", "gateway", "learner", "reloader")
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    task: str = "calc"
+    minutes: float = 14.0
+    workers: int = 6
+    mode: str = "sft"
+    n_eval: int = 200
+    version_eval_n: int = 32
+    group_size: int = 4
+    temperature: float = 0.3
+    lr: float = 5e-4
+
+
+def demo_settings(settings: Settings, opts: DemoOptions, task: Task, run_id: str) -> Settings:
+    """This run's own topics, experiment and registered model, so that a second run starts from
+    the base model and never trains on the first one's transitions."""
+    learner = settings.learner.model_copy(update={
+        "mode": opts.mode, "lr": opts.lr, "group_size": opts.group_size,
+        "batch_timeout_s": 20.0, "group_wait_s": 30.0, "checkpoint_every_steps": 3,
+        "staleness_policy": "downweight"})
+    streams = settings.streams.model_copy(update={
+        "select_agents": task.trained_agents, "idle_timeout_s": 60.0})
+    mlflow = settings.mlflow.model_copy(update={
+        "experiment": f"demo-{task.name}-{run_id}",
+        "registered_model": f"demo-{task.name}-{run_id}"})
+    topic_cfg = settings.topics.model_copy(update={"prefix": f"{settings.topics.prefix}-demo-{run_id}"})
+    gateway = settings.gateway.model_copy(update={
+        "upstream_url": f"{services.engine_url(settings)}/v1"})
+    return settings.model_copy(update={"learner": learner, "streams": streams, "mlflow": mlflow,
+                                       "topics": topic_cfg, "gateway": gateway})
+
+
+def _base_cache_key(settings: Settings, task: Task, opts: DemoOptions) -> str:
+    agent = json.dumps([calc_agent.SYSTEM_PROMPT, calc_agent.DEMONSTRATION, task.max_tokens])
+    raw = f"{settings.base_model}|{task.name}|{evaluate.HELD_OUT_SEED}|{opts.n_eval}|{agent}"
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+class DemoRun:
+    def __init__(self, settings: Settings, opts: DemoOptions, console: Console):
+        self.opts, self.console, self.task = opts, console, get_task(opts.task)
+        self.run_id = time.strftime("%Y%m%d-%H%M%S")
+        self.settings = demo_settings(settings, opts, self.task, self.run_id)
+        self.folder = self.settings.home_dir / "demo" / self.run_id
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.started: list[str] = []  # process names this run started, stopped at the end
+        self.engine_url = services.engine_url(self.settings)
+        self.heldout_problems = self.task.problems(opts.n_eval, evaluate.HELD_OUT_SEED, self.folder)
+
+    # -- the stack ----------------------------------------------------------------------------
+    def _say(self, text: str) -> None:
+        self.console.print(f"[bold cyan]demo[/] {text}")
+
+    def _start(self, what: str, starter) -> None:
+        self._say(f"starting {what} ...")
+        records = starter()
+        for record in records if isinstance(records, list) else [records]:
+            self.started.append(record.name)
+
+    def bring_up(self) -> None:
+        s, home = self.settings, self.settings.home_dir
+        kafka = processes.read_record(home, broker.broker_name(0))
+        if kafka is not None and processes.pid_alive(kafka.pid):
+            self._say(f"reusing the running Kafka at {s.kafka.bootstrap_servers}")
+        else:
+            self._start("Kafka (KRaft, loopback)", lambda: broker.start(home, s.kafka))
+        topics.create_topics(s.kafka.bootstrap_servers, s.topics)
+        if s.mlflow.tracking_uri or mlflow_server.is_healthy(s.mlflow):
+            self._say(f"reusing the MLflow server at {s.mlflow.uri}")
+        else:
+            self._start("the MLflow server", lambda: mlflow_server.start(home, s.mlflow))
+        self._start("the engine (base model)", lambda: services.start_engine(s))
+
+    def start_pipeline(self) -> None:
+        s = self.settings
+        self._start("the Faust worker", lambda: start_worker(s))
+        for name in SERVICES[1:]:
+            self._start(f"the {name}", lambda name=name: stack.SERVICES[name](s))
+
+    def stop_all(self) -> None:
+        home = self.settings.home_dir
+        for name in reversed(self.started):  # stages first, then MLflow, then Kafka
+            if name == mlflow_server.NAME:
+                mlflow_server.stop(home)
+            else:
+                processes.stop(home, name, timeout_s=30 if name == "learner" else 10)
+
+    # -- evaluation ---------------------------------------------------------------------------
+    def base_accuracy(self) -> tuple[float, bool]:
+        cache = self.settings.home_dir / "demo" / "base-eval" / f"{_base_cache_key(self.settings, self.task, self.opts)}.json"
+        if cache.is_file():
+            return json.loads(cache.read_text())["accuracy"], True
+        rewards = evaluate.with_progress(self.task, self.heldout_problems, f"{self.engine_url}/v1",
+                                         "held-out, base model", console=self.console)
+        value = sum(rewards) / len(rewards)
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps({"accuracy": value, "n": len(rewards)}))
+        return value, False
+
+    def _version_evals(self, monitor: Monitor, stop: threading.Event) -> None:
+        """A small held-out check whenever the engine serves a version not checked yet."""
+        checked: set[int] = {0}
+        problems = self.heldout_problems[:self.opts.version_eval_n]
+        while not stop.is_set():
+            version = monitor.snapshot.policy_version
+            if version is not None and version not in checked:
+                checked.add(version)
+                rewards = evaluate.accuracy(self.task, problems, f"{self.engine_url}/v1", threads=4)
+                monitor.snapshot.heldout.append(
+                    HeldOut(str(version), len(rewards), sum(rewards) / len(rewards), time.time()))
+            stop.wait(2.0)
+
+    def _serve_last_version(self, monitor: Monitor, timeout_s: float = 120.0) -> None:
+        """Wait until the engine serves the newest registered version's policy version."""
+        from mlflow import MlflowClient
+
+        client = MlflowClient(tracking_uri=self.settings.mlflow.uri)
+        found = client.search_model_versions(f"name='{self.settings.mlflow.registered_model}'",
+                                             order_by=["version_number DESC"], max_results=1)
+        if not found:
+            return
+        want = int(found[0].tags.get("policy_version", found[0].version))
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if monitor.poll().policy_version == want:
+                return
+            time.sleep(1.0)
+        self._say(f"[yellow]the engine did not reach policy version {want} in {timeout_s:.0f}s; "
+                  "evaluating what it serves[/]")
+
+    # -- the whole run ------------------------------------------------------------------------
+    def run(self) -> dict:
+        opts, s = self.opts, self.settings
+        t0 = time.time()
+        try:
+            self.bring_up()
+            base, cached = self.base_accuracy()
+            self._say(f"base model: held-out accuracy {base:.3f} (n={opts.n_eval}"
+                      f"{', cached from an earlier run' if cached else ''})")
+            self.start_pipeline()
+            gateway_url = f"http://{s.gateway.host}:{s.gateway.port}/v1"
+            traffic = Traffic(s, self.task, gateway_url, opts.workers, opts.group_size,
+                              opts.temperature, self.folder)
+            monitor = Monitor(s, self.engine_url, f"http://{s.streams.web_host}:{s.streams.web_port}",
+                              traffic.stats, s.mlflow.experiment)
+            stop = threading.Event()
+            background = [threading.Thread(target=monitor.run, args=(stop,), daemon=True)]
+            if opts.version_eval_n:
+                background.append(threading.Thread(target=self._version_evals,
+                                                   args=(monitor, stop), daemon=True))
+            train_started = time.time()
+            traffic.start()
+            for thread in background:
+                thread.start()
+            ends_at = train_started + opts.minutes * 60
+            title = f"tracetrain demo: {self.task.name}, {opts.mode}, {opts.workers} agents"
+            try:
+                with Live(render(monitor, title, ends_at, base), console=self.console,
+                          refresh_per_second=1, transient=False) as live:
+                    while time.time() < ends_at:
+                        time.sleep(1.0)
+                        live.update(render(monitor, title, ends_at, base))
+            except KeyboardInterrupt:
+                self._say("stopped early by Ctrl-C; evaluating what was learned so far")
+            stop.set()
+            traffic.close()
+            processes.stop(s.home_dir, "learner", timeout_s=60)  # registers its last steps
+            self._serve_last_version(monitor)
+            final_version = monitor.snapshot.policy_version
+            rewards = evaluate.with_progress(self.task, self.heldout_problems, f"{self.engine_url}/v1",
+                                             f"held-out, policy version {final_version}",
+                                             console=self.console)
+            final = sum(rewards) / len(rewards)
+            monitor.poll()
+            summary = {
+                "task": self.task.name, "mode": opts.mode, "base_accuracy": round(base, 4),
+                "final_accuracy": round(final, 4), "n": opts.n_eval,
+                "minutes": round((time.time() - t0) / 60, 2),
+                "training_minutes": round((time.time() - train_started) / 60, 2),
+                "versions": monitor.snapshot.versions, "final_policy_version": final_version,
+                "mean_reload_s": None if monitor.mean_reload_s() is None else round(monitor.mean_reload_s(), 3),
+                "rollouts": len(traffic.stats.episodes), "transitions": monitor.snapshot.transitions,
+                "heldout_per_version": [h.__dict__ for h in monitor.snapshot.heldout],
+                "agent_errors": traffic.stats.errors, "mlflow_ui": s.mlflow.uri,
+                "experiment": s.mlflow.experiment, "registered_model": s.mlflow.registered_model,
+            }
+            report.write_summary(self.folder, summary)
+            report.write_summary(s.home_dir / "demo", summary)  # the newest run, at a fixed path
+            png = report.plot_curve(self.folder / "reward_curve.png", traffic.stats.episodes,
+                                    monitor.snapshot.heldout, train_started,
+                                    (base, opts.n_eval), (final, opts.n_eval))
+            (s.home_dir / "demo" / "reward_curve.png").write_bytes(png.read_bytes())
+            self._say(f"held-out accuracy: base {base:.3f} -> version {final_version} {final:.3f} "
+                      f"(n={opts.n_eval} each); {summary['versions']} versions registered")
+            self._say(f"summary {self.folder / 'summary.json'}, curve {png}")
+            self._say(f"MLflow UI: {s.mlflow.uri}  (experiment {s.mlflow.experiment}, "
+                      f"model {s.mlflow.registered_model})")
+            return summary
+        except httpx.HTTPError as exc:
+            raise TracetrainError(f"a demo process stopped answering: {exc}; logs are in "
+                                  f"{processes.log_dir(s.home_dir)}") from exc
+        finally:
+            self._say("stopping what the demo started ...")
+            self.stop_all()

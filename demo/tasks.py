@@ -1,0 +1,54 @@
+"""The two example tasks behind one small interface, so the demo, its traffic and `tracetrain
+eval` treat calc and sql alike: problems (generated from a seed or read from JSONL), the agent
+that solves one through an OpenAI-compatible URL, and which agents the streams train."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from examples.calc import problems as calc_problems
+from examples.calc.agent import CalcAgent
+from examples.sql import databases as sql_databases
+from examples.sql.agents import TRAINED_AGENTS, SqlTeam
+
+TASKS = ("calc", "sql")
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    max_tokens: int
+    trained_agents: str | None  # regex for the streams' agent selection; None: all
+
+    def problems(self, n: int, seed: int, folder: Path) -> list[Any]:
+        if self.name == "calc":
+            return calc_problems.generate(n, seed)
+        return sql_databases.generate(n, seed, folder / f"sql-dbs-{seed}")
+
+    def read(self, path: Path) -> list[Any]:
+        reader = calc_problems.read_jsonl if self.name == "calc" else sql_databases.read_jsonl
+        try:
+            return reader(Path(path))
+        except FileNotFoundError as exc:
+            raise ValueError(f"problems file {path} does not exist") from exc
+
+    def agent(self, base_url: str, tracer=None, temperature: float = 0.0):
+        if self.name == "calc":
+            return CalcAgent(base_url, tracer, temperature=temperature, max_tokens=self.max_tokens)
+        return SqlTeam(base_url, tracer, temperature=temperature, max_tokens=self.max_tokens)
+
+    def solve(self, agent, problem, task_id: str, seed: int | None = None) -> float:
+        """One rollout; its reward (1 correct, 0 not)."""
+        if self.name == "calc":
+            return agent.solve(problem, task_id=task_id, seed=seed).reward
+        return agent.solve(problem, task_id=task_id).reward
+
+
+def get_task(name: str) -> Task:
+    if name == "calc":
+        return Task("calc", max_tokens=32, trained_agents=None)
+    if name == "sql":
+        return Task("sql", max_tokens=96, trained_agents="|".join(TRAINED_AGENTS))
+    raise ValueError(f"task {name!r}: expected one of {', '.join(TASKS)}")
