@@ -52,6 +52,7 @@ class DemoOptions:
     group_size: int = 4
     temperature: float = 0.3
     lr: float = 5e-4
+    checkpoint_every: int = 3  # learner steps per registered version
 
 
 def demo_settings(settings: Settings, opts: DemoOptions, task: Task, run_id: str) -> Settings:
@@ -59,7 +60,7 @@ def demo_settings(settings: Settings, opts: DemoOptions, task: Task, run_id: str
     the base model and never trains on the first one's transitions."""
     learner = settings.learner.model_copy(update={
         "mode": opts.mode, "lr": opts.lr, "group_size": opts.group_size,
-        "batch_timeout_s": 20.0, "group_wait_s": 30.0, "checkpoint_every_steps": 3,
+        "batch_timeout_s": 20.0, "group_wait_s": 30.0, "checkpoint_every_steps": opts.checkpoint_every,
         "staleness_policy": "downweight"})
     streams = settings.streams.model_copy(update={
         "select_agents": task.trained_agents, "idle_timeout_s": 60.0})
@@ -102,8 +103,8 @@ class DemoRun:
 
     def bring_up(self) -> None:
         s, home = self.settings, self.settings.home_dir
-        kafka = processes.read_record(home, broker.broker_name(0))
-        if kafka is not None and processes.pid_alive(kafka.pid):
+        if processes.port_in_use("127.0.0.1", s.kafka.port) or s.kafka.bootstrap_servers != \
+                broker.bootstrap(s.kafka, s.kafka.brokers):
             self._say(f"reusing the running Kafka at {s.kafka.bootstrap_servers}")
         else:
             self._start("Kafka (KRaft, loopback)", lambda: broker.start(home, s.kafka))
@@ -119,6 +120,13 @@ class DemoRun:
         self._start("the Faust worker", lambda: start_worker(s))
         for name in SERVICES[1:]:
             self._start(f"the {name}", lambda name=name: stack.SERVICES[name](s))
+
+    def _check_alive(self) -> None:
+        """A process of the loop that died ends the demo with its log, not a frozen dashboard."""
+        for name in self.started:
+            record = processes.read_record(self.settings.home_dir, name)
+            if record is not None and not processes.pid_alive(record.pid):
+                raise TracetrainError(f"{name} exited during the demo; see {record.log}")
 
     def stop_all(self) -> None:
         home = self.settings.home_dir
@@ -202,6 +210,7 @@ class DemoRun:
                           refresh_per_second=1, transient=False) as live:
                     while time.time() < ends_at:
                         time.sleep(1.0)
+                        self._check_alive()
                         live.update(render(monitor, title, ends_at, base))
             except KeyboardInterrupt:
                 self._say("stopped early by Ctrl-C; evaluating what was learned so far")

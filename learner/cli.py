@@ -56,8 +56,11 @@ class _Progress:
             self._bar.stop()
 
     def __call__(self, step: int, m: dict) -> None:
-        info = (f"v{m['version']} loss {m['loss']:.4f} reward {m['mean_reward']:.3f} "
-                f"{m['transitions_per_s']:.1f} tr/s {m['tokens_per_s']:.0f} tok/s")
+        # a step of `sft` with no example above the threshold reports fewer metrics
+        nan = float("nan")
+        info = (f"v{m['version']} loss {m.get('loss', nan):.4f} "
+                f"reward {m.get('mean_reward', nan):.3f} "
+                f"{m.get('transitions_per_s', nan):.1f} tr/s {m.get('tokens_per_s', nan):.0f} tok/s")
         if self._bar:
             self._bar.update(self._task, completed=step, info=info)
         else:

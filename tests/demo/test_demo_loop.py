@@ -1,0 +1,95 @@
+"""The closed loop on the real stack (real broker, Faust worker, MLflow server, embedded
+engine, gateway, learner, reloader), and `tracetrain eval` as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from rich.console import Console
+
+from demo.run import DemoOptions, DemoRun
+from examples.calc.problems import generate, write_jsonl
+from infra import processes
+from schemas import Codec
+from tracetrain.settings import load_settings
+
+pytestmark = [pytest.mark.integration, pytest.mark.mlflow, pytest.mark.slow]
+TRACETRAIN = str(Path(sys.executable).parent / "tracetrain")
+
+
+def _spans(settings) -> list[dict]:
+    codec = Codec()
+    topic = settings.topics.name("spans")
+    consumer = Consumer({"bootstrap.servers": settings.kafka.bootstrap_servers,
+                         "group.id": f"check-{os.getpid()}", "enable.auto.commit": False})
+    parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, 0) for p in parts])
+    out, empty = [], 0
+    while empty < 3:
+        batch = consumer.consume(500, timeout=1.0)
+        empty = 0 if batch else empty + 1
+        out += [codec.decode(m.value(), "Span") for m in batch if m.error() is None]
+    consumer.close()
+    return out
+
+
+def test_short_loop_registers_reloads_and_serves_the_new_version(kafka_broker, mlflow_server,
+                                                                  tmp_path, base_model_dir):
+    settings = load_settings(home=tmp_path, base_model=str(base_model_dir), kafka=kafka_broker,
+                             mlflow=mlflow_server)
+    free = {section: getattr(settings, section).model_copy(update={key: processes.free_port()})
+            for section, key in (("engine", "port"), ("gateway", "port"), ("streams", "web_port"))}
+    settings = settings.model_copy(update=free)
+    opts = DemoOptions(task="calc", minutes=3.0, workers=4, mode="rl", n_eval=8,
+                       version_eval_n=0, checkpoint_every=1)
+    run = DemoRun(settings, opts, Console(file=open(os.devnull, "w")))
+    summary = run.run()
+
+    assert summary["versions"] >= 1, summary
+    assert summary["final_policy_version"] >= 1, "the engine never served a trained version"
+    assert summary["mean_reload_s"] is not None and summary["mean_reload_s"] > 0
+    assert summary["rollouts"] > 0 and summary["transitions"] > 0
+    llm = [s["llm"] for s in _spans(run.settings) if s["kind"] == "llm"]
+    versions = {x["policy_version"] for x in llm}
+    assert 0 in versions and max(versions) >= 1, versions  # spans of the new policy arrived
+    saved = json.loads((tmp_path / "demo" / "summary.json").read_text())
+    assert {"task", "base_accuracy", "final_accuracy", "n", "minutes", "versions",
+            "mean_reload_s"} <= set(saved)
+    assert (tmp_path / "demo" / "reward_curve.png").stat().st_size > 10_000
+    # everything the run started is stopped; the session broker and MLflow still run
+    assert all(not processes.pid_alive(r.pid) for r in processes.records(tmp_path))
+
+
+def test_eval_gives_the_same_accuracy_twice_greedy(tmp_path, base_model_dir):
+    problems = tmp_path / "problems.jsonl"
+    write_jsonl(generate(8, seed=5, difficulties=(1,)), problems)
+    env = {**os.environ, "TRACETRAIN_HOME": str(tmp_path), "TRACETRAIN_BASE_MODEL": str(base_model_dir),
+           "TRACETRAIN_CONFIG": "/nonexistent.toml"}
+    results = []
+    for _ in range(2):
+        done = subprocess.run([TRACETRAIN, "eval", "--task", "calc", "--problems", str(problems),
+                               "--version", "base"], env=env, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stdout + done.stderr
+        results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert results[0] == results[1]
+    assert results[0]["task"] == "calc" and results[0]["version"] == "base" and results[0]["n"] == 8
+    assert 0.0 <= results[0]["accuracy"] <= 1.0
+    assert processes.records(tmp_path) == [] or all(
+        not processes.pid_alive(r.pid) for r in processes.records(tmp_path))
+
+
+def test_eval_rejects_a_bad_version_and_a_missing_file(tmp_path):
+    env = {**os.environ, "TRACETRAIN_HOME": str(tmp_path), "TRACETRAIN_CONFIG": "/nonexistent.toml"}
+    bad = subprocess.run([TRACETRAIN, "eval", "--version", "newest"], env=env,
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "'newest'" in bad.stderr and "version number" in bad.stderr
+    missing = subprocess.run([TRACETRAIN, "eval", "--problems", str(tmp_path / "none.jsonl")],
+                             env=env, capture_output=True, text=True)
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
