@@ -206,37 +206,38 @@ class Join:
             await self._after_event(key, state)
 
     async def _after_event(self, key: bytes, state: Rollout, new_call: str | None = None) -> None:
+        # Stored even when this event closes the rollout: its offset may be committed before
+        # the tombstone is written (once Kafka has the transitions), and a restart in between
+        # must re-close the rollout with this event in it, or it would re-emit other content.
+        if new_call is not None:  # before the state that names it: one partition keeps order
+            self.table[call_key(key, new_call)] = state.call_bytes(new_call)
+        self.table[key] = state.to_bytes(with_calls=False)
         reason = self._close_reason(state, time.time())
         if reason:
             self.waiting.discard(key)
             await self._close(key, state, reason)
-            return
-        if state.final_ts_ns is not None or state.end_ts_ns is not None:
+        elif state.final_ts_ns is not None or state.end_ts_ns is not None:
             self.waiting.add(key)
-        if new_call is not None:  # before the state that names it: one partition keeps order
-            self.table[call_key(key, new_call)] = state.call_bytes(new_call)
-        self.table[key] = state.to_bytes(with_calls=False)
 
     # -- closing ----------------------------------------------------------------------------
 
     def _close_reason(self, state: Rollout, now: float) -> str | None:
-        p, grace = state.partition, self.cfg.close_grace_s
+        p = state.partition
 
         def read_past(ts_ns: int) -> bool:
-            return all(self.watermark.get((s, p), 0) >= ts_ns for s in WATCHED)
+            # Strictly after: many records share one millisecond timestamp.
+            return all(self.watermark.get((s, p), 0) > ts_ns for s in WATCHED)
 
-        def caught_up(ts_ns: int) -> bool:
-            # Read past ts in this partition; or, by end offsets asked from the broker after
-            # this rollout's last event, nothing is left to read there.
-            fresh = self.ends_at > state.last_wall
-            return all(self.watermark.get((s, p), 0) >= ts_ns
-                       or (fresh and not self._lagging(s, p)) for s in WATCHED)
+        def drained(since_wall: float) -> bool:
+            # End offsets asked no earlier than `since_wall`, and all of them processed.
+            return self.ends_at >= since_wall and not any(self._lagging(s, p) for s in WATCHED)
 
         # Idle in event time, not only on the wall clock: while this partition still has
         # records to read, its rollouts are not idle, they are behind.
         behind = any(self._lagging(s, p) for s in INPUTS)
         idle_timeout = float("inf") if behind else self.cfg.idle_timeout_s
-        return state.close_reason(now, caught_up, grace, idle_timeout, self.quiet_since, read_past)
+        return state.close_reason(now, read_past, drained, self.cfg.close_grace_s, idle_timeout,
+                                  self.quiet_since)
 
     def _lagging(self, short: str, partition: int) -> bool:
         """Are there records of `short`[partition] this worker has not processed yet?

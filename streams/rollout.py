@@ -6,13 +6,12 @@ Life cycle
 - Spans are deduplicated by span_id, AIR events by (span, rule, source), rewards by
   (final, span, name, timestamp). Order does not matter: a reward may come before its spans.
 - A rollout closes on its first final reward, once the partition's spans and air streams have
-  caught up with that reward (a later record seen there, or `close_grace_s` of quiet), because
-  spans and rewards travel on different topics; if some of its spans were produced after the
-  reward (reward first), it waits until the partition has been read `close_grace_s` (record
-  time) past the rollout's last span, or is fully read and the rollout quiet for that long.
-  Or on an end-marker span (closing with the rewards seen after `close_grace_s` if no final
-  reward came). Or after `idle_timeout_s`
-  without events (then emitted or sent to the DLQ by `on_timeout`).
+  been read `close_grace_s` (record time) past both that reward and the rollout's last span,
+  or, at the head of the log, once the rollout has been quiet for `close_grace_s` and nothing
+  is left to read there (see `close_reason`): spans and rewards travel on different topics,
+  and a reward may come before its spans. Or on an end-marker span (closing with the rewards
+  seen after `close_grace_s` if no final reward came). Or after `idle_timeout_s` without
+  events (then emitted or sent to the DLQ by `on_timeout`).
 - A closed rollout emits its transitions once and is kept as a small tombstone for
   `closed_retention_s`. Late policy: events after close change nothing; they are counted and
   sent to the DLQ as "late_event" (or only counted, `late_policy=ignore`). A second, different
@@ -137,31 +136,36 @@ class Rollout:
 
     # -- closing ----------------------------------------------------------------------------
 
-    def close_reason(self, now_wall: float, caught_up: Callable[[int], bool], grace_s: float,
-                     idle_timeout_s: float, quiet_since: float = 0.0,
-                     read_past: Callable[[int], bool] | None = None) -> str | None:
-        """Why this rollout may close now, or None. `caught_up(ts_ns)`: have this partition's
-        spans and air streams been read past `ts_ns`? `quiet_since`: idle time counts from
-        no earlier than this (the worker's start, so a restart does not time out everything).
-        `read_past(ts_ns)`: strictly read past ts (no end-offset shortcut); default caught_up."""
+    def close_reason(self, now_wall: float, read_past: Callable[[int], bool],
+                     drained: Callable[[float], bool], grace_s: float, idle_timeout_s: float,
+                     quiet_since: float = 0.0) -> str | None:
+        """Why this rollout may close now, or None.
+
+        `read_past(ts_ns)`: has each watched stream (spans, air) of this partition been read up
+        to a record created strictly after `ts_ns`? (A producer appends to a partition in the
+        order it creates records, so everything it created up to ts_ns has been read then.)
+        `drained(since_wall)`: by end offsets asked at or after wall time `since_wall`, has this
+        worker processed everything in those streams? `quiet_since`: quiet and idle time count
+        from no earlier than this (the worker's start, so a restart does not time out everything).
+
+        One rule for a final reward, whatever the order its events came in: the rollout's
+        spans are complete once the partition has been read `grace` (record time) past both
+        the reward and the rollout's last span, or, at the head of the log, once the rollout
+        was quiet for `grace` and nothing was left to read after that. Never "a record at the
+        reward's timestamp": timestamps are milliseconds, and a producer writes many records,
+        this rollout's next spans among them, within one."""
         if self.closed:
             return None
+        quiet_from = max(self.last_wall, quiet_since)
+        quiet = now_wall - quiet_from >= grace_s
         if self.final_ts_ns is not None and self.starts:
-            if self.last_span_ts_ns <= self.final_ts_ns:
-                if caught_up(self.final_ts_ns):
-                    return "final"
-            else:
-                # The reward came first: the spans are complete once the partition has been
-                # read `grace` (record time) past the rollout's last span, or, at the head of
-                # the log, once nothing is left to read and the rollout was quiet for `grace`.
-                wait_for = self.last_span_ts_ns + int(grace_s * 1e9)
-                quiet = now_wall - max(self.last_wall, quiet_since) >= grace_s
-                if (read_past or caught_up)(wait_for) or (quiet and caught_up(wait_for)):
-                    return "final"
+            settle_ns = max(self.final_ts_ns, self.last_span_ts_ns) + int(grace_s * 1e9)
+            if read_past(settle_ns) or (quiet and drained(quiet_from + grace_s)):
+                return "final"
         if self.end_ts_ns is not None and self.final_ts_ns is None and self.end_wall is not None \
                 and now_wall - max(self.end_wall, quiet_since) >= grace_s:
             return "end"
-        if now_wall - max(self.last_wall, quiet_since) >= idle_timeout_s:
+        if now_wall - quiet_from >= idle_timeout_s:
             # A rollout that has its final reward is complete whatever the read-position
             # bookkeeping says: it closes as "final" (same transitions, same emitted_ns), it
             # never goes to the DLQ as a timeout.

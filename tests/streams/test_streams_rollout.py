@@ -36,7 +36,7 @@ def feed(events, streams: StreamsSettings) -> dict[str, Rollout]:
 def emitted(states, streams) -> dict[str, dict]:
     out = {}
     for state in states.values():
-        reason = state.close_reason(100.0, lambda ts: True, 0.0, 1e9)
+        reason = state.close_reason(100.0, lambda ts: True, lambda since: True, 0.0, 1e9)
         if reason == "final":
             for t in state.transitions(reason, streams.credit, streams.gamma, 1.0):
                 out[t["transition_id"]] = t
@@ -87,29 +87,46 @@ def _span(sid, start, **attrs):
 
 
 def test_close_rules():
+    grace = 500_000_000
+    never, always = (lambda _: False), (lambda _: True)
+
+    def read_to(watermark):  # a partition read up to a record with this timestamp
+        return lambda ts: watermark > ts
+
     reward = {"rollout_id": "r", "value": 1.0, "final": True, "timestamp_ns": 5}
     state = Rollout("r", 0)
     state.add_reward(reward, ts_ns=10, wall=1.0)
-    assert state.close_reason(2.0, lambda ts: True, 0.5, 60) is None  # no spans yet
+    assert state.close_reason(2.0, always, always, 0.5, 60) is None  # no spans yet
     state.add_span(_span("a", 1), True, ts_ns=11, wall=1.1, end_attribute=END)
     # reward came first: wait until the partition is read grace past the last span (ts 11)
-    assert state.close_reason(1.2, lambda ts: ts <= 11, 0.5, 60) is None
-    assert state.close_reason(1.2, lambda ts: ts <= 11 + 500_000_000, 0.5, 60) == "final"
-    # fully read (caught up) but not read past: also needs a quiet rollout
-    assert state.close_reason(1.2, lambda ts: True, 0.5, 60, read_past=lambda ts: False) is None
-    assert state.close_reason(1.7, lambda ts: True, 0.5, 60, read_past=lambda ts: False) == "final"
-    assert state.close_reason(1.7, lambda ts: False, 0.5, 60) is None
+    assert state.close_reason(1.2, read_to(11 + grace), never, 0.5, 60) is None
+    assert state.close_reason(1.2, read_to(11 + grace + 1), never, 0.5, 60) == "final"
+    # at the head of the log: quiet for grace, then nothing left by end offsets asked after it
+    assert state.close_reason(1.2, never, always, 0.5, 60) is None
+    assert state.close_reason(1.7, never, lambda since: since <= 1.65, 0.5, 60) == "final"
+    assert state.close_reason(1.7, never, lambda since: since <= 1.5, 0.5, 60) is None
+    assert state.close_reason(1.7, never, never, 0.5, 60) is None
+
+    # Spans first, the reward in the same millisecond as the last span read so far: a record
+    # at the reward's timestamp proves nothing (the next span may share it too).
+    tie = Rollout("t", 0)
+    tie.add_span(_span("a", 1), True, ts_ns=20, wall=1.0, end_attribute=END)
+    tie.add_reward({**reward, "rollout_id": "t"}, ts_ns=20, wall=1.0)
+    assert tie.close_reason(1.1, read_to(20), never, 0.5, 60) is None
+    assert tie.close_reason(1.1, read_to(20), never, 0.0, 60) is None
+    assert tie.close_reason(1.1, read_to(20 + grace), never, 0.5, 60) is None
+    assert tie.close_reason(1.1, read_to(20 + grace + 1), never, 0.5, 60) == "final"
 
     ended = Rollout("e", 0)
     ended.add_span(_span("a", 1, **{END: "true"}), True, ts_ns=3, wall=1.0, end_attribute=END)
-    assert ended.close_reason(1.2, lambda ts: True, 0.5, 60) is None
-    assert ended.close_reason(1.6, lambda ts: True, 0.5, 60) == "end"
+    assert ended.close_reason(1.2, always, always, 0.5, 60) is None
+    assert ended.close_reason(1.6, always, always, 0.5, 60) == "end"
     assert ended.transitions("end", "identical", 1.0, 60)[0]["emitted_ns"] == 3
 
     idle = Rollout("i", 0)
     idle.add_span(_span("a", 1), True, ts_ns=7, wall=1.0, end_attribute=END)
-    assert idle.close_reason(61.5, lambda ts: True, 0.5, 60) == "timeout"
-    assert idle.close_reason(61.5, lambda ts: True, 0.5, 60, quiet_since=30.0) is None
+    assert idle.close_reason(61.5, always, always, 0.5, 60) == "timeout"
+    assert idle.close_reason(61.5, always, always, 0.5, 60, quiet_since=30.0) is None
     assert idle.emitted_ns("timeout", 60) == 7 + 60 * 10**9
 
 
@@ -129,7 +146,7 @@ def test_late_events_duplicates_and_extra_final():
     assert restored.add_span(_span("b", 2), True, 5, 3.0, END) == LATE
     assert restored.add_reward(reward, 5, 3.0) == LATE
     assert restored.add_air({"span_id": "a", "rule": "x", "value": 1.0}, 5, 3.0) == LATE
-    assert restored.close_reason(1e9, lambda ts: True, 0, 1) is None
+    assert restored.close_reason(1e9, lambda ts: True, lambda since: True, 0, 1) is None
 
 
 def test_state_roundtrip_gives_identical_transitions():

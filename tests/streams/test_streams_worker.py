@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import math
+import urllib.request
 
 import pytest
 from conftest import consume, produce
@@ -24,7 +25,29 @@ def read_transitions(settings, want: dict, timeout_s: float) -> list[dict]:
     return [codec.decode(v, "Transition") for _, v, _ in got]
 
 
-def check(decoded: list[dict], want: dict, allow_duplicates: bool = False) -> None:
+def worker_report(settings, records) -> str:
+    """What the workers and the DLQ say, for a failure message: close reasons, late and
+    duplicate counts from /metrics, DLQ reasons, the tail of each worker's log."""
+    lines = []
+    for record in records:
+        try:
+            text = urllib.request.urlopen(record.health_url, timeout=5).read().decode()
+            lines += [f"{record.name}: {line}" for line in text.splitlines()
+                      if line.startswith("tracetrain_streams_") and "_created" not in line]
+        except OSError as exc:
+            lines.append(f"{record.name}: /metrics unreachable ({exc!r})")
+        try:
+            with open(record.log, errors="replace") as f:
+                lines += [f"{record.name} log: {line.rstrip()}" for line in f.readlines()[-15:]]
+        except OSError:
+            pass
+    dlq = consume(settings, "dlq", lambda r: False, timeout_s=3.0)
+    reasons = collections.Counter(h.get("reason", b"?").decode() for _, _, h in dlq)
+    lines.append(f"dlq reasons: {dict(reasons)}")
+    return "\n".join(lines)
+
+
+def check(decoded: list[dict], want: dict, allow_duplicates: bool = False, report=None) -> None:
     by_id: dict[str, dict] = {}
     for t in decoded:
         if t["transition_id"] in by_id:
@@ -32,6 +55,8 @@ def check(decoded: list[dict], want: dict, allow_duplicates: bool = False) -> No
             assert by_id[t["transition_id"]] == t, "a duplicate differs from the original"
         by_id[t["transition_id"]] = t
     missing, extra = set(want) - set(by_id), set(by_id) - set(want)
+    if (missing or extra) and report is not None:
+        print(report())
     assert not missing and not extra, (f"{len(missing)} missing (rollouts "
                                        f"{sorted({want[m]['rollout_id'] for m in missing})[:5]}), {len(extra)} extra")
     for tid, exp in want.items():
@@ -43,7 +68,7 @@ def check(decoded: list[dict], want: dict, allow_duplicates: bool = False) -> No
 
 
 def test_2000_rollouts_and_bad_input(streams_settings, workers):
-    workers(streams_settings)
+    worker = workers(streams_settings)
     codec = Codec()
     # Bad records first: the worker must go past them to the good ones.
     reward = {"rollout_id": "x", "value": 1.0, "timestamp_ns": 1}
@@ -56,7 +81,8 @@ def test_2000_rollouts_and_bad_input(streams_settings, workers):
     rollouts = generate(2000, seed=11, p_never_closed=0.03, p_duplicate=0.1, p_reward_first=0.1)
     produce(streams_settings, interleave(rollouts, seed=11))
     want = reference(rollouts, streams_settings.streams)
-    check(read_transitions(streams_settings, want, timeout_s=240), want)
+    check(read_transitions(streams_settings, want, timeout_s=240), want,
+          report=lambda: worker_report(streams_settings, [worker]))
 
     never_closed = sum(g.reward is None for g in rollouts)
     dlq = consume(streams_settings, "dlq", lambda r: len(r) >= len(bad) + never_closed, timeout_s=30)
