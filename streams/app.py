@@ -38,6 +38,8 @@ def faust_app(settings: Settings, app_id: str, **extra) -> faust.App:
         web_host=s.web_host, web_port=s.web_port, web_enabled=True, web_in_thread=False,
         topic_partitions=partitions, topic_replication_factor=settings.topics.replication,
         table_standby_replicas=0, consumer_auto_offset_reset="earliest",
+        broker_session_timeout=s.session_timeout_s,
+        broker_heartbeat_interval=min(3.0, s.session_timeout_s / 3),
         producer_acks=-1, producer_linger_ms=5, processing_guarantee="at_least_once",
         **extra,
     )

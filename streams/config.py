@@ -49,6 +49,9 @@ class StreamsSettings(BaseModel):
     end_marker_attribute: str = Field(
         "tracetrain.rollout_end", description="A span attribute with value 'true' ends its rollout."
     )
+    session_timeout_s: float = Field(
+        30.0, gt=0, description="Consumer-group session: how soon a dead worker's partitions move."
+    )
     credit: Literal["identical", "air", "discounted"] = "identical"
     gamma: float = Field(1.0, ge=0.0, le=1.0)
     select_agents: str | None = Field(None, description="Regex of agent names to train; None: all.")

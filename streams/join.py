@@ -331,9 +331,12 @@ class Join:
                 break
             for future in futures:
                 future.result()
+            # The tombstone first, in one record: a crash between the writes then leaves a
+            # closed rollout with stale calls (swept by `_rebuild`), never an open one that
+            # lost some calls and would re-close with other turn indices and credits.
+            self._write(key, state.to_bytes(with_calls=False), state.partition)
             for span_id in kept:
                 self._write(call_key(key, span_id), None, state.partition)
-            self._write(key, state.to_bytes(with_calls=False), state.partition)
             done += 1
         del self.unrecorded[:done]
 
@@ -375,6 +378,11 @@ class Join:
             self._cache(key, state)
             if not state.closed and (state.final_ts_ns is not None or state.end_ts_ns is not None):
                 self.waiting.add(key)
+        # Calls of closed rollouts left by a crash between tombstone and deletes (record_closes)
+        for key in [k for k in self.table.data if k.startswith(b"\x00")]:
+            owner = self.cache.get(key[1:].split(b"\x00", 1)[0])
+            if owner is not None and owner.closed and owner.partition in assigned:
+                self._write(key, None, owner.partition)
         self.assigned, self.quiet_since = assigned, time.time()
 
     async def tick(self, assigned: frozenset[int]) -> None:
