@@ -31,14 +31,14 @@ from demo.monitor import HeldOut, Monitor
 from demo.tasks import Task, get_task
 from demo.traffic import Traffic
 from examples.calc import agent as calc_agent
-from infra import mlflow_server, processes, stack, topics
+from infra import mlflow_server, processes, topics
 from infra.kafka import broker
+from learner.cli import start_service as start_learner
+from producers.gateway.server import start_detached as start_gateway
 from serving import services
 from streams.process import start_worker
 from tracetrain.errors import TracetrainError
 from tracetrain.settings import Settings
-
-SERVICES = ("streams", "gateway", "learner", "reloader")
 
 
 @dataclass(frozen=True)
@@ -118,8 +118,9 @@ class DemoRun:
     def start_pipeline(self) -> None:
         s = self.settings
         self._start("the Faust worker", lambda: start_worker(s))
-        for name in SERVICES[1:]:
-            self._start(f"the {name}", lambda name=name: stack.SERVICES[name](s))
+        self._start("the gateway", lambda: start_gateway(s))
+        self._start("the learner", lambda: start_learner(s))
+        self._start("the reloader", lambda: services.start_reloader(s))
 
     def _check_alive(self) -> None:
         """A process of the loop that died ends the demo with its log, not a frozen dashboard."""

@@ -22,14 +22,15 @@ from infra.stack import register_service
 from tracetrain.settings import settings_env
 
 
-def _start_service(settings) -> processes.ProcessRecord:
+def start_service(settings) -> processes.ProcessRecord:
+    """Run `tracetrain learner` detached (`tracetrain up --services learner`, the demo)."""
     argv = [sys.executable, "-m", "tracetrain.cli", "learner"]
     return processes.spawn(settings.home_dir, "learner", argv, address="-",
                            env=settings_env(settings),
                            cwd=Path.cwd())
 
 
-register_service("learner", _start_service)
+register_service("learner", start_service)
 
 
 class _Progress:
