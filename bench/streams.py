@@ -67,17 +67,21 @@ def _reader(s: Settings, topic: str) -> Consumer:
     return consumer
 
 
-def _count_until(consumer: Consumer, n: int, timeout_s: float) -> float:
-    """Read until n records; return the wall time the last one was read."""
-    seen, last, deadline = 0, time.time(), time.monotonic() + timeout_s
+def _first_and_last(consumer: Consumer, n: int, first_timeout_s: float, timeout_s: float) -> tuple[float, float]:
+    """Read until n records; return the wall times the first and the last batch were read.
+    One count for both: a batch can hold many records, the first one included."""
+    seen, first, last = 0, None, time.time()
+    deadline = time.monotonic() + first_timeout_s
     while seen < n and time.monotonic() < deadline:
         msgs = consumer.consume(1000, timeout=0.2)
-        seen += sum(m.error() is None for m in msgs)
-        if msgs:
-            last = time.time()
+        got = sum(m.error() is None for m in msgs)
+        if got:
+            seen, last = seen + got, time.time()
+            if first is None:
+                first, deadline = last, time.monotonic() + timeout_s
     if seen < n:
-        raise RuntimeError(f"only {seen} of {n} records arrived within {timeout_s}s")
-    return last
+        raise RuntimeError(f"only {seen} of {n} records arrived in time")
+    return first, last
 
 
 def _settings(base: Settings, kafka: KafkaSettings, home: Path, prefix: str) -> Settings:
@@ -85,7 +89,8 @@ def _settings(base: Settings, kafka: KafkaSettings, home: Path, prefix: str) -> 
     topics.create_topics(kafka.bootstrap_servers, ts)
     if prefix.endswith("pt"):
         from confluent_kafka.admin import NewTopic
-        topics.admin(kafka.bootstrap_servers).create_topics([NewTopic(ts.name("passthrough"), 4, 1)])[ts.name("passthrough")].result()
+        client = topics.admin(kafka.bootstrap_servers)  # held: a collected client kills its futures
+        client.create_topics([NewTopic(ts.name("passthrough"), 4, 1)])[ts.name("passthrough")].result(30)
     streams = base.streams.model_copy(update={"web_port": processes.free_port(), "close_grace_s": 0.3,
                                               "idle_timeout_s": 30.0, "timer_interval_s": 0.05})
     return base.model_copy(update={"kafka": kafka, "topics": ts, "home": home, "streams": streams})
@@ -122,8 +127,7 @@ def main() -> None:
         processes.spawn(home, "passthrough", [sys.executable, "-m", "bench.streams", "--passthrough-worker"],
                               address="-", env=env, cwd=Path(__file__).resolve().parent.parent)
         try:
-            first = _count_until(reader, 1, 120)
-            last = _count_until(reader, n_spans - 1, 300)
+            first, last = _first_and_last(reader, n_spans, 120, 300)
         finally:
             processes.stop(home, "passthrough", timeout_s=5)
             reader.close()
@@ -138,8 +142,7 @@ def main() -> None:
         reader = _reader(ours, ours.topics.transitions)
         worker = start_worker(ours, name="bench-streams", wait=False)
         try:
-            first = _count_until(reader, 1, 120)
-            last = _count_until(reader, n_transitions - 1, 300)
+            first, last = _first_and_last(reader, n_transitions, 120, 300)
             spans_per_s = n_spans / max(last - first, 1e-9)
 
             # 3. latency at half our sustained rate, same worker, fresh rollouts

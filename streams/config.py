@@ -33,8 +33,9 @@ class StreamsSettings(BaseModel):
     idle_timeout_s: float = Field(300.0, gt=0, description="A rollout with no events closes.")
     close_grace_s: float = Field(
         0.5, ge=0,
-        description="After a final reward (or end marker), how long the spans/air partition must "
-        "be quiet, if no later span has been seen there, before the rollout closes.",
+        description="A rollout with its final reward closes once its spans/air partition has been "
+        "read this far (record time) past the reward and its last span, or, at the head of the log, "
+        "once it has been quiet this long with nothing left to read; an end marker waits this long.",
     )
     timer_interval_s: float = Field(0.1, gt=0, description="How often closes/time-outs are checked.")
     on_timeout: Literal["dlq", "emit"] = Field(
