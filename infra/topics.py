@@ -86,21 +86,30 @@ def create_topics(bootstrap: str, topics: TopicSettings, timeout_s: float = 30.0
             if exc.args[0].name() == "TOPIC_ALREADY_EXISTS":  # another process won the race
                 continue
             raise InfraError(f"could not create topic {name}: {exc.args[0].str()}") from exc
-    _wait_for_leaders(client, [t.topic for t in wanted], timeout_s)
+    _wait_for_leaders(bootstrap, [t.topic for t in wanted], timeout_s)
     return created
 
 
-def _wait_for_leaders(client: AdminClient, names: list[str], timeout_s: float) -> None:
-    """Creation returns once the controller accepted it; clients need partition leaders."""
+def _wait_for_leaders(bootstrap: str, names: list[str], timeout_s: float) -> None:
+    """Creation returns once the controller accepted it; clients need partition leaders.
+
+    Each broker answers metadata from its own cache, which trails the controller for a
+    moment (seconds on a loaded machine), so every bootstrap broker is asked in turn: a
+    client that lands on a lagging one right after creation would not see the topics.
+    """
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        metadata = client.list_topics(timeout=timeout_s).topics
-        if all(name in metadata and metadata[name].partitions
-               and all(p.leader >= 0 for p in metadata[name].partitions.values())
-               for name in names):
-            return
-        time.sleep(0.2)
-    raise InfraError(f"topics {names} have no partition leaders after {timeout_s:.0f}s")
+    for server in bootstrap.split(","):
+        client = admin(server)
+        while True:
+            metadata = client.list_topics(timeout=timeout_s).topics
+            if all(name in metadata and metadata[name].partitions
+                   and all(p.leader >= 0 for p in metadata[name].partitions.values())
+                   for name in names):
+                break
+            if time.monotonic() > deadline:
+                raise InfraError(f"topics {names} have no partition leaders on {server} "
+                                 f"after {timeout_s:.0f}s")
+            time.sleep(0.2)
 
 
 def describe_topics(bootstrap: str, topics: TopicSettings, timeout_s: float = 10.0) -> list[TopicInfo]:

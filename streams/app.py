@@ -86,7 +86,6 @@ def create_app(settings: Settings) -> tuple[faust.App, Join]:
     async def close_rollouts():
         if app.in_recovery or app.rebalancing or not app.tables.recovery.completed.is_set():
             return
-        join.consumer = app.consumer
         assigned = frozenset(tp.partition for tp in app.consumer.assignment() if tp.topic == topics.spans)
         await join.tick(assigned)
 

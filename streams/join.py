@@ -27,6 +27,7 @@ from collections import deque
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 from aiokafka.structs import TopicPartition
 from faust.types import TP
@@ -51,36 +52,56 @@ def call_key(key: bytes, span_id: str) -> bytes:
     return b"\x00" + key + b"\x00" + span_id.encode()
 
 
-class EndOffsets:
-    """End offsets of input partitions, asked on a client of its own. Asked through Faust's
-    consumer, the ListOffsets request queued behind that connection's fetch long-poll (1.5 s
-    fetch_max_wait in Faust's aiokafka driver): a timer tick took ~1.4 s for it alone."""
+class Offsets:
+    """End offsets of input partitions and the group's committed offsets, asked on clients
+    of our own. Asked through Faust's consumer, the ListOffsets request queued behind that
+    connection's fetch long-poll (1.5 s fetch_max_wait in Faust's aiokafka driver): a timer
+    tick took ~1.4 s for it alone. Committed offsets come from the broker too, not from
+    Faust consumer's private `_committed_offset`, which it fills only at its own seek after
+    recovery and maps offset 0 to None: a partition missing there looked unread forever, and
+    its rollouts never closed."""
 
-    def __init__(self, bootstrap_servers: str, timeout_s: float = 5.0):
-        self.bootstrap_servers, self.timeout_s = bootstrap_servers, timeout_s
-        self.client: AIOKafkaConsumer | None = None
+    def __init__(self, bootstrap_servers: str, group_id: str, timeout_s: float = 5.0):
+        self.bootstrap_servers, self.group_id, self.timeout_s = bootstrap_servers, group_id, timeout_s
+        self.consumer: AIOKafkaConsumer | None = None
+        self.admin: AIOKafkaAdminClient | None = None
 
-    async def ask(self, tps: list[TP]) -> dict[TP, int]:
-        if self.client is None:
+    async def ends(self, tps: list[TP]) -> dict[TP, int]:
+        if self.consumer is None:
             client = AIOKafkaConsumer(bootstrap_servers=self.bootstrap_servers, group_id=None,
                                       enable_auto_commit=False,
                                       request_timeout_ms=int(self.timeout_s * 1000))
             await client.start()
-            self.client = client
+            self.consumer = client
         ends = await asyncio.wait_for(
-            self.client.end_offsets([TopicPartition(tp.topic, tp.partition) for tp in tps]),
+            self.consumer.end_offsets([TopicPartition(tp.topic, tp.partition) for tp in tps]),
             self.timeout_s)
         return {TP(tp.topic, tp.partition): end for tp, end in ends.items()}
 
+    async def committed(self, tps: list[TP]) -> dict[TP, int]:
+        """The group's next offset to read per partition; -1 where it committed none."""
+        if self.admin is None:
+            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers,
+                                        request_timeout_ms=int(self.timeout_s * 1000))
+            await admin.start()
+            self.admin = admin
+        offsets = await asyncio.wait_for(self.admin.list_consumer_group_offsets(
+            self.group_id, partitions=[TopicPartition(tp.topic, tp.partition) for tp in tps]),
+            self.timeout_s)
+        found = {TP(tp.topic, tp.partition): meta.offset for tp, meta in offsets.items()}
+        return {tp: found.get(tp, -1) for tp in tps}
+
     async def close(self) -> None:
-        if self.client is not None:
-            client, self.client = self.client, None
-            await client.stop()
+        for name in ("consumer", "admin"):
+            client = getattr(self, name)
+            if client is not None:
+                setattr(self, name, None)
+                await (client.stop() if name == "consumer" else client.close())
 
 
 class Join:
     def __init__(self, settings: Settings, table: Any, transitions: Any, dlq: DeadLetters,
-                 metrics: StreamsMetrics, consumer: Any = None):
+                 metrics: StreamsMetrics):
         self.settings, self.cfg = settings, settings.streams
         self.table, self.transitions, self.dlq, self.metrics = table, transitions, dlq, metrics
         self.codec = Codec(registry_url=settings.schema_registry.url)
@@ -95,10 +116,12 @@ class Join:
         self.last_offset: dict[tuple[str, int], int] = {}  # offset of the last record processed
         self.quiet_since = time.time()
         self.assigned: frozenset[int] | None = None
-        self.consumer = consumer
-        self.end_offsets = EndOffsets(settings.kafka.bootstrap_servers)
+        self.offsets = Offsets(settings.kafka.bootstrap_servers,
+                               self.cfg.group_id(settings.topics.prefix))
         self._lag_memo: dict[tuple[str, int], bool] | None = None
         self.ends: dict[tuple[str, int], int] = {}  # end offsets, asked at `ends_at`
+        # the group's committed offsets, asked for partitions not read since their assignment
+        self.committed: dict[tuple[str, int], int] = {}
         self.ends_at = 0.0
         self._last_full_scan = 0.0
         self.topic_short = {settings.topics.spans: "spans", settings.topics.rewards: "rewards",
@@ -250,35 +273,49 @@ class Join:
         return self._lagging_now(short, partition)
 
     def _lagging_now(self, short: str, partition: int) -> bool:
-        if self.consumer is None:
-            return False
+        unread = self._unread(short, partition)
+        return unread is None or unread > 0
+
+    def _unread(self, short: str, partition: int) -> int | None:
+        """Records of `short`[partition] not processed by this worker; None: not known yet."""
         end = self.ends.get((short, partition))
         if end is None:
-            return True  # not asked yet
+            return None  # not asked yet
         done = self.last_offset.get((short, partition))
-        if done is None:
-            # Nothing processed here since this worker got the partition: caught up if the
-            # group's committed offset (the next one to read; Faust reads it from the broker
-            # at every assignment) is at the end, as after a restart or a takeover.
-            tp = TP(self.settings.topics.name(short), partition)
-            committed = self.consumer._committed_offset.get(tp)
-            return not (end == 0 or (committed is not None and committed >= end))
-        return done + 1 < end
+        if done is not None:
+            return max(0, end - done - 1)
+        if end == 0:
+            return 0
+        # Nothing processed here since this worker got the partition: caught up if the
+        # group's committed offset (the next one to read) is at the end, as after a restart
+        # or a takeover whose previous owner had read everything.
+        committed = self.committed.get((short, partition))
+        return None if committed is None else end - max(committed, 0)
 
     async def refresh_ends(self, assigned: frozenset[int]) -> None:
-        """Ask the broker for the end offsets of this worker's input partitions. On failure
-        the old ones stay, and so does `ends_at`: no rollout counts as caught up by them."""
-        if self.consumer is None or not assigned:
+        """Ask the broker for the end offsets of this worker's input partitions (and the
+        committed offsets of those it has read nothing of). On failure the old ones stay, and
+        so does `ends_at`: no rollout counts as caught up by them."""
+        if not assigned:
             return
         asked = time.time()
-        tps = [TP(self.settings.topics.name(s), p) for s in INPUTS for p in assigned]
+        names = self.settings.topics.name
+        tps = [TP(names(s), p) for s in INPUTS for p in assigned]
+        unread = [tp for tp in tps if (self.topic_short[tp.topic], tp.partition) not in self.last_offset
+                  and (self.topic_short[tp.topic], tp.partition) not in self.committed]
         try:
-            ends = await self.end_offsets.ask(tps)
+            ends = await self.offsets.ends(tps)
+            committed = await self.offsets.committed(unread) if unread else {}
         except (KafkaError, TimeoutError, OSError) as exc:
-            log.warning("end offsets of %d partitions unknown (%r); asking again next tick", len(tps), exc)
+            log.warning("offsets of %d partitions unknown (%r); asking again next tick", len(tps), exc)
             return
         self.ends = {(self.topic_short[tp.topic], tp.partition): end for tp, end in ends.items()}
+        self.committed.update({(self.topic_short[tp.topic], tp.partition): offset
+                               for tp, offset in committed.items()})
         self.ends_at = asked
+        for short, partition in self.ends:
+            lag = self._unread(short, partition)
+            self.metrics.lag.labels(topic=short, partition=str(partition)).set(-1 if lag is None else lag)
 
     async def _close(self, key: bytes, state: Rollout, reason: str) -> None:
         """Send what closing produces; `record_closes` writes the tombstone once Kafka has it."""
@@ -346,7 +383,7 @@ class Join:
         if futures:
             await asyncio.wait(futures, timeout=timeout_s)
         self.record_closes()
-        await self.end_offsets.close()
+        await self.offsets.close()
 
     def _write(self, key: bytes, raw: bytes | None, partition: int) -> None:
         """Set (None: delete) a table entry outside an agent: changelog, then local data."""
@@ -362,8 +399,9 @@ class Join:
         """Forget the read positions with the rollouts: the next owner of a partition (maybe
         this worker again) reads it from the committed offset, which `_lagging` then asks."""
         for state in (self.cache, self.open_keys, self.waiting, self.expiry, self.watermark,
-                      self.last_offset):
+                      self.last_offset, self.committed):
             state.clear()
+        self.metrics.lag.clear()
         self.assigned = None
 
     def _rebuild(self, assigned: frozenset[int]) -> None:

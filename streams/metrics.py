@@ -25,5 +25,8 @@ class StreamsMetrics:
                                        registry=r)
         self.air_derived = Counter("tracetrain_streams_air_derived", "AirEvents derived, per rule.",
                                    ["rule"], registry=r)
+        self.lag = Gauge("tracetrain_streams_lag", "Records of an assigned input partition not yet "
+                         "processed by this worker (-1: not known yet).", ["topic", "partition"],
+                         registry=r)
         self.dlq = Counter("tracetrain_streams_dlq", "Records sent to the dead-letter topic, per reason.",
                            ["reason"], registry=r)

@@ -151,10 +151,12 @@ def _log4j_config(root: Path) -> Path:
 def _brokers_seen(servers: str) -> int:
     from confluent_kafka.admin import AdminClient
 
-    # librdkafka logs every refused connection; probe the socket before asking for metadata.
-    first = servers.split(",")[0]
-    if not processes.port_in_use(first.rsplit(":", 1)[0], int(first.rsplit(":", 1)[1])):
-        return 0
+    # librdkafka logs every refused connection; probe the sockets before asking for metadata.
+    # Every broker must listen, not only the first: a client bootstrapped with the list may
+    # pick any of them.
+    for server in servers.split(","):
+        if not processes.port_in_use(server.rsplit(":", 1)[0], int(server.rsplit(":", 1)[1])):
+            return 0
     try:
         admin = AdminClient({"bootstrap.servers": servers, "socket.timeout.ms": 2000})
         return len(admin.list_topics(timeout=2).brokers)
