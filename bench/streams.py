@@ -1,14 +1,17 @@
 """Benchmark of the streams worker against a bare Faust passthrough, side by side.
 
-    .venv/bin/python -m bench.streams [--rollouts 300] [--latency-seconds 15]
+    .venv/bin/python -m bench.streams [--rollouts 6000] [--latency-seconds 20]
 
-Starts its own Kafka broker (free ports, temporary home), then:
-1. passthrough: a bare Faust agent that decodes each span and forwards its bytes; a backlog
-   of spans is timed from the worker's start to the last forwarded record;
-2. ours: one `python -m streams` worker over a backlog of generated rollouts, timed to the
-   last transition (spans per second);
-3. latency: rollouts produced at 50% of our sustained rate; for each final reward, the time
-   from producing it to its rollout's last transition being readable (p50, p99).
+Starts its own Kafka broker (free ports, temporary home), then for each of
+1. passthrough: a bare Faust agent that decodes each span and forwards its bytes, and
+2. ours: one `python -m streams` worker (join, AIR, credit, close),
+starts the worker, waits until a small warm-up workload has come out of it (group joined,
+partitions assigned: Faust's start-up is not what is measured), then produces a backlog of
+generated rollouts and times from its first record produced to its last output read
+(forwarded spans, or transitions). Throughput is spans of the backlog per second.
+3. latency: on our worker, rollouts produced at half our measured rate; for each final
+   reward, the time from producing it to its rollout's last transition being read (p50,
+   p99). A close waits `close_grace_s` (0.3 s here) of quiet at the head of the log.
 Prints the figures last as one JSON line: spans_per_s, passthrough_per_s, ratio,
 p50_latency_s, p99_latency_s.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -36,9 +40,7 @@ from tracetrain.settings import Settings, load_settings
 
 def passthrough_worker() -> None:
     """The bare baseline: decode a span, forward its bytes (run in a child process)."""
-    import faust
-
-    from streams.app import RAW, faust_app
+    from streams.app import RAW, Worker, faust_app
 
     settings = load_settings()
     app = faust_app(settings, f"{settings.topics.prefix}-passthrough")
@@ -51,7 +53,7 @@ def passthrough_worker() -> None:
             codec.decode(event.value, "Span")
             await sink.send(key=event.key, value=event.value)
 
-    faust.Worker(app, loglevel="WARNING", quiet=True).execute_from_commandline()
+    Worker(app, loglevel=os.environ.get("BENCH_LOGLEVEL", "WARNING"), quiet=True).execute_from_commandline()
 
 
 def _producer(s: Settings) -> Producer:
@@ -67,21 +69,39 @@ def _reader(s: Settings, topic: str) -> Consumer:
     return consumer
 
 
-def _first_and_last(consumer: Consumer, n: int, first_timeout_s: float, timeout_s: float) -> tuple[float, float]:
-    """Read until n records; return the wall times the first and the last batch were read.
-    One count for both: a batch can hold many records, the first one included."""
-    seen, first, last = 0, None, time.time()
-    deadline = time.monotonic() + first_timeout_s
+def _read(consumer: Consumer, n: int, timeout_s: float) -> float:
+    """Read until n more records; the wall time the last of them was read."""
+    seen, last = 0, time.time()
+    deadline = time.monotonic() + timeout_s
     while seen < n and time.monotonic() < deadline:
-        msgs = consumer.consume(1000, timeout=0.2)
-        got = sum(m.error() is None for m in msgs)
+        got = sum(m.error() is None for m in consumer.consume(1000, timeout=0.2))
         if got:
             seen, last = seen + got, time.time()
-            if first is None:
-                first, deadline = last, time.monotonic() + timeout_s
     if seen < n:
-        raise RuntimeError(f"only {seen} of {n} records arrived in time")
-    return first, last
+        raise RuntimeError(f"only {seen} of {n} records arrived in {timeout_s:.0f}s")
+    return last
+
+
+def _timed_backlog(prod: Producer, records: list[tuple[str, bytes, bytes]], reader: Consumer,
+                   warm: list[tuple[str, bytes, bytes]], n_warm: int, n_out: int) -> float:
+    """Warm the worker up, then produce `records` and return seconds to the last output."""
+    _produce(prod, warm)
+    _read(reader, n_warm, float(os.environ.get("BENCH_WARM_S", 120)))
+    start = time.time()
+    _produce(prod, records)
+    return _read(reader, n_out, 600) - start
+
+
+def _produce(prod: Producer, records: list[tuple[str, bytes, bytes]]) -> None:
+    for topic, key, value in records:
+        while True:
+            try:
+                prod.produce(topic, key=key, value=value)
+                break
+            except BufferError:  # local queue full: let deliveries catch up
+                prod.poll(0.05)
+        prod.poll(0)
+    prod.flush(60)
 
 
 def _settings(base: Settings, kafka: KafkaSettings, home: Path, prefix: str) -> Settings:
@@ -91,15 +111,21 @@ def _settings(base: Settings, kafka: KafkaSettings, home: Path, prefix: str) -> 
         from confluent_kafka.admin import NewTopic
         client = topics.admin(kafka.bootstrap_servers)  # held: a collected client kills its futures
         client.create_topics([NewTopic(ts.name("passthrough"), 4, 1)])[ts.name("passthrough")].result(30)
+        topics.wait_for_leaders(kafka.bootstrap_servers, [ts.name("passthrough")], 30)
     streams = base.streams.model_copy(update={"web_port": processes.free_port(), "close_grace_s": 0.3,
                                               "idle_timeout_s": 30.0, "timer_interval_s": 0.05})
     return base.model_copy(update={"kafka": kafka, "topics": ts, "home": home, "streams": streams})
 
 
+def _encoded(codec: Codec, s: Settings, events: list, only_spans: bool = False) -> list:
+    return [(s.topics.name(short), key.encode(), codec.encode(name, record))
+            for short, key, name, record in events if short == "spans" or not only_spans]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rollouts", type=int, default=300)
-    parser.add_argument("--latency-seconds", type=float, default=15.0)
+    parser.add_argument("--rollouts", type=int, default=6000, help="rollouts in the timed backlog")
+    parser.add_argument("--latency-seconds", type=float, default=20.0)
     parser.add_argument("--passthrough-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.passthrough_worker:
@@ -112,43 +138,41 @@ def main() -> None:
     try:
         rollouts = generate(args.rollouts, seed=1, p_never_closed=0.0, p_reward_first=0.0)
         events = interleave(rollouts, seed=1)
+        warm_rollouts = generate(20, seed=3, p_never_closed=0.0, p_reward_first=0.0, prefix="warm")
+        warm = interleave(warm_rollouts, seed=3)
         n_spans = sum(1 for e in events if e[0] == "spans")
-        n_transitions = sum(1 for g in rollouts for s in g.spans if s["kind"] == "llm")
+        n_warm_spans = sum(1 for e in warm if e[0] == "spans")
+
+        def llm_calls(gs):
+            return sum(1 for g in gs for s in g.spans if s["kind"] == "llm")
 
         # 1. passthrough
         pt = _settings(base, kafka, home, "bench-pt")
         prod = _producer(pt)
-        for short, key, name, record in events:
-            if short == "spans":
-                prod.produce(pt.topics.spans, key=key.encode(), value=codec.encode(name, record))
-        prod.flush(30)
         reader = _reader(pt, pt.topics.name("passthrough"))
-        env = settings_env(pt)
         processes.spawn(home, "passthrough", [sys.executable, "-m", "bench.streams", "--passthrough-worker"],
-                              address="-", env=env, cwd=Path(__file__).resolve().parent.parent)
+                        address="-", env=settings_env(pt), cwd=Path(__file__).resolve().parent.parent)
         try:
-            first, last = _first_and_last(reader, n_spans, 120, 300)
+            seconds = _timed_backlog(prod, _encoded(codec, pt, events, only_spans=True), reader,
+                                     _encoded(codec, pt, warm, only_spans=True), n_warm_spans, n_spans)
         finally:
             processes.stop(home, "passthrough", timeout_s=5)
             reader.close()
-        passthrough = n_spans / max(last - first, 1e-9)
+        passthrough = n_spans / seconds
 
-        # 2. ours, same backlog shape
+        # 2. ours, same backlog
         ours = _settings(base, kafka, home, "bench-ours")
         prod = _producer(ours)
-        for short, key, name, record in events:
-            prod.produce(ours.topics.name(short), key=key.encode(), value=codec.encode(name, record))
-        prod.flush(30)
         reader = _reader(ours, ours.topics.transitions)
         worker = start_worker(ours, name="bench-streams", wait=False)
         try:
-            first, last = _first_and_last(reader, n_transitions, 120, 300)
-            spans_per_s = n_spans / max(last - first, 1e-9)
+            seconds = _timed_backlog(prod, _encoded(codec, ours, events), reader, _encoded(codec, ours, warm),
+                                     llm_calls(warm_rollouts), llm_calls(rollouts))
+            spans_per_s = n_spans / seconds
 
-            # 3. latency at half our sustained rate, same worker, fresh rollouts
+            # 3. latency at half our measured rate, same worker, fresh rollouts
             live = generate(100_000, seed=2, p_never_closed=0.0, p_reward_first=0.0, prefix="live")
-            per_rollout = n_spans / len(rollouts)
-            interval = per_rollout / (spans_per_s * 0.5)
+            interval = (n_spans / len(rollouts)) / (spans_per_s * 0.5)
             sent: dict[str, float] = {}
             latencies: list[float] = []
             start, i = time.time(), 0
@@ -164,8 +188,8 @@ def main() -> None:
                 _drain(reader, sent, latencies, codec, timeout=0)
                 time.sleep(max(0.0, start + i * interval - time.time()))
             prod.flush(30)
-            deadline = time.time() + 30
-            while len(latencies) < len(sent) and time.time() < deadline:
+            deadline = time.time() + 60
+            while len(latencies) < i and time.time() < deadline:
                 _drain(reader, sent, latencies, codec, timeout=0.2)
         finally:
             processes.stop(home, worker.name, timeout_s=5)
@@ -175,7 +199,7 @@ def main() -> None:
         result = {"spans_per_s": round(spans_per_s, 1), "passthrough_per_s": round(passthrough, 1),
                   "ratio": round(spans_per_s / passthrough, 3), "p50_latency_s": round(pct(0.5), 4),
                   "p99_latency_s": round(pct(0.99), 4), "latency_rollouts": len(latencies),
-                  "latency_sent": len(sent), "spans": n_spans}
+                  "latency_sent": i, "spans": n_spans}
     finally:
         broker.stop(home)
     print(json.dumps(result))
@@ -188,7 +212,6 @@ def _drain(reader: Consumer, sent: dict, latencies: list, codec: Codec, timeout:
         t = codec.decode(msg.value(), "Transition")
         if t["is_last"] and t["rollout_id"] in sent:
             latencies.append(time.time() - sent.pop(t["rollout_id"]))
-            sent[t["rollout_id"] + "/done"] = 0.0  # keep the count of sent rollouts
 
 
 if __name__ == "__main__":

@@ -86,11 +86,11 @@ def create_topics(bootstrap: str, topics: TopicSettings, timeout_s: float = 30.0
             if exc.args[0].name() == "TOPIC_ALREADY_EXISTS":  # another process won the race
                 continue
             raise InfraError(f"could not create topic {name}: {exc.args[0].str()}") from exc
-    _wait_for_leaders(bootstrap, [t.topic for t in wanted], timeout_s)
+    wait_for_leaders(bootstrap, [t.topic for t in wanted], timeout_s)
     return created
 
 
-def _wait_for_leaders(bootstrap: str, names: list[str], timeout_s: float) -> None:
+def wait_for_leaders(bootstrap: str, names: list[str], timeout_s: float) -> None:
     """Creation returns once the controller accepted it; clients need partition leaders.
 
     Each broker answers metadata from its own cache, which trails the controller for a

@@ -20,6 +20,7 @@ event loop back to the agents every few milliseconds while it closes.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import json
 import logging
 import time
@@ -42,7 +43,10 @@ from tracetrain.settings import Settings
 
 WATCHED = ("spans", "air")  # the streams a final reward waits for (see Rollout.close_reason)
 INPUTS = ("spans", "rewards", "air")
-SLICE_S = 0.01  # while closing, the timer lets the agents run at least this often
+SLICE_S = 0.01
+# Header of the AirEvents this worker derives (they are most of what the air topic holds),
+# as aiokafka hands headers over: one (name, bytes) pair of a sequence.
+DERIVED = ("tracetrain-source", b"derived")  # while closing, the timer lets the agents run at least this often
 log = logging.getLogger(__name__)
 
 
@@ -109,6 +113,11 @@ class Join:
         self.cache: dict[bytes, Rollout] = {}
         self.open_keys: set[bytes] = set()  # cached rollouts not closed yet
         self.waiting: set[bytes] = set()  # open rollouts with a final reward or end marker
+        # per partition, (settle_ns, key) of waiting rollouts: one closes by read position once
+        # every watched stream is read past its settle time, so a tick pops only those
+        # instead of asking each waiting rollout (most of a loaded worker's time, py-spy)
+        self.settle: dict[int, list[tuple[int, bytes]]] = {}
+        self.ending: set[bytes] = set()  # waiting on an end marker alone (wall-clock grace)
         self.expiry: deque[tuple[float, bytes]] = deque()  # closed rollouts, oldest close first
         # closes sent but not yet in the changelog: (send futures, key, state, kept span ids)
         self.unrecorded: list[tuple[list, bytes, Rollout, list[str]]] = []
@@ -129,13 +138,19 @@ class Join:
 
     # -- per record -------------------------------------------------------------------------
 
-    async def _decode(self, event: Any, name: str) -> tuple[dict | None, str, int, int]:
+    def _position(self, event: Any) -> tuple[str, int]:
+        """Count a record read and advance its partition's read position; (topic, ts_ns)."""
         msg = event.message
         short = self.topic_short.get(msg.topic, msg.topic)
         ts_ns = int(msg.timestamp * 1e9)
         self.metrics.events_in.labels(topic=short).inc()
         self.watermark[(short, msg.partition)] = max(self.watermark.get((short, msg.partition), 0), ts_ns)
         self.last_offset[(short, msg.partition)] = msg.offset
+        return short, ts_ns
+
+    async def _decode(self, event: Any, name: str) -> tuple[dict | None, str, int, int]:
+        msg = event.message
+        short, ts_ns = self._position(event)
         try:
             record = self.codec.decode(event.value, name)
         except CodecError as exc:
@@ -220,6 +235,9 @@ class Join:
             await self._after_event(key, state)
 
     async def on_air(self, event: Any) -> None:
+        if DERIVED in tuple(map(tuple, event.message.headers or ())):
+            self._position(event)  # ours, applied when its span was joined: not decoded again
+            return
         air, short, partition, ts_ns = await self._decode(event, "AirEvent")
         if air is None or air.get("source") == "derived":
             return  # derived events were applied when their span was joined
@@ -237,10 +255,44 @@ class Join:
         self.table[key] = state.to_bytes(with_calls=False)
         reason = self._close_reason(state, time.time())
         if reason:
-            self.waiting.discard(key)
+            self._unwait(key)
             await self._close(key, state, reason)
-        elif state.final_ts_ns is not None or state.end_ts_ns is not None:
-            self.waiting.add(key)
+        else:
+            self._wait(key, state)
+
+    def _wait(self, key: bytes, state: Rollout) -> None:
+        """Index an open rollout that has a final reward or end marker for the tick."""
+        if state.final_ts_ns is not None and state.starts:
+            # pushed again at each event: a later span moves the settle time; stale entries
+            # are popped and found not closable yet, then the newer one follows
+            heapq.heappush(self.settle.setdefault(state.partition, []),
+                           (state.settle_ns(self.cfg.close_grace_s), key))
+        elif state.end_ts_ns is not None:
+            self.ending.add(key)
+        else:
+            return
+        self.waiting.add(key)
+
+    def _unwait(self, key: bytes) -> None:
+        self.waiting.discard(key)
+        self.ending.discard(key)
+
+    def _candidates(self, assigned: frozenset[int]) -> list[bytes]:
+        """Waiting rollouts that may close now: read past their settle time, on a partition
+        read to its end (the quiet-and-drained rule), or waiting on an end marker."""
+        found = list(self.ending)
+        drained = set()
+        for p in assigned:
+            heap = self.settle.get(p)
+            if heap:
+                read = min(self.watermark.get((s, p), 0) for s in WATCHED)
+                while heap and heap[0][0] < read:
+                    found.append(heapq.heappop(heap)[1])
+            if not any(self._lagging(s, p) for s in WATCHED):
+                drained.add(p)
+        if drained:
+            found += [k for k in self.waiting if (st := self.cache.get(k)) is not None and st.partition in drained]
+        return list(dict.fromkeys(found))
 
     # -- closing ----------------------------------------------------------------------------
 
@@ -398,8 +450,8 @@ class Join:
     def on_revoked(self) -> None:
         """Forget the read positions with the rollouts: the next owner of a partition (maybe
         this worker again) reads it from the committed offset, which `_lagging` then asks."""
-        for state in (self.cache, self.open_keys, self.waiting, self.expiry, self.watermark,
-                      self.last_offset, self.committed):
+        for state in (self.cache, self.open_keys, self.waiting, self.settle, self.ending,
+                      self.expiry, self.watermark, self.last_offset, self.committed):
             state.clear()
         self.metrics.lag.clear()
         self.assigned = None
@@ -414,8 +466,8 @@ class Join:
         restored.sort(key=lambda item: item[1].closed_wall or 0.0)  # expiry: oldest first
         for key, state in restored:
             self._cache(key, state)
-            if not state.closed and (state.final_ts_ns is not None or state.end_ts_ns is not None):
-                self.waiting.add(key)
+            if not state.closed:
+                self._wait(key, state)
         # Calls of closed rollouts left by a crash between tombstone and deletes (record_closes)
         for key in [k for k in self.table.data if k.startswith(b"\x00")]:
             owner = self.cache.get(key[1:].split(b"\x00", 1)[0])
@@ -430,7 +482,7 @@ class Join:
         self.record_closes()
         await self.refresh_ends(assigned)
         now = time.time()
-        # Rollouts waiting to close are checked every tick; the other open ones (time-outs)
+        # Rollouts that may close by now are checked every tick; all open ones (time-outs)
         # once a second, which is plenty for timeouts of seconds to minutes.
         full = now - self._last_full_scan >= 1.0
         if full:
@@ -438,14 +490,14 @@ class Join:
         self._lag_memo = {}
         slice_end = time.monotonic() + SLICE_S
         try:
-            for key in list(self.open_keys if full else self.waiting):
+            for key in list(self.open_keys) if full else self._candidates(assigned):
                 state = self.cache.get(key)
                 if state is None or state.closed or state.partition not in assigned:
-                    self.waiting.discard(key)
+                    self._unwait(key)
                     continue
                 reason = self._close_reason(state, now)
                 if reason:
-                    self.waiting.discard(key)
+                    self._unwait(key)
                     await self._close(key, state, reason)
                 if time.monotonic() >= slice_end:
                     await asyncio.sleep(0)

@@ -136,6 +136,10 @@ class Rollout:
 
     # -- closing ----------------------------------------------------------------------------
 
+    def settle_ns(self, grace_s: float) -> int:
+        """Record time past which the partition must be read before a final reward closes."""
+        return max(self.final_ts_ns, self.last_span_ts_ns) + int(grace_s * 1e9)
+
     def close_reason(self, now_wall: float, read_past: Callable[[int], bool],
                      drained: Callable[[float], bool], grace_s: float, idle_timeout_s: float,
                      quiet_since: float = 0.0) -> str | None:
@@ -159,8 +163,7 @@ class Rollout:
         quiet_from = max(self.last_wall, quiet_since)
         quiet = now_wall - quiet_from >= grace_s
         if self.final_ts_ns is not None and self.starts:
-            settle_ns = max(self.final_ts_ns, self.last_span_ts_ns) + int(grace_s * 1e9)
-            if read_past(settle_ns) or (quiet and drained(quiet_from + grace_s)):
+            if read_past(self.settle_ns(grace_s)) or (quiet and drained(quiet_from + grace_s)):
                 return "final"
         if self.end_ts_ns is not None and self.final_ts_ns is None and self.end_wall is not None \
                 and now_wall - max(self.end_wall, quiet_since) >= grace_s:
