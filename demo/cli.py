@@ -26,6 +26,10 @@ def demo(
                                       "(exploration)."),
     lr: float = typer.Option(5e-4, min=0.0, help="Learning rate of the learner."),
     group_size: int = typer.Option(4, min=2, help="Rollouts per training problem (GRPO group)."),
+    learner_threads: int = typer.Option(None, min=1, help="torch threads of the learner "
+                                        "(default: torch's, all cores)."),
+    engine_threads: int = typer.Option(None, min=1, help="torch threads of the engine (default: "
+                                       "torch's; the two share the cores)."),
 ) -> None:
     """Agents improving from their own traffic: brings the stack up (Kafka, MLflow, engine,
     Faust worker, gateway, learner, reloader), runs agent workers through the gateway, shows a
@@ -40,7 +44,8 @@ def demo(
         raise typer.BadParameter(f"{task!r}: expected one of {', '.join(TASKS)}", param_hint="--task")
     opts = DemoOptions(task=task, minutes=minutes, workers=workers, mode=mode, n_eval=n_eval,
                        version_eval_n=version_eval, group_size=group_size,
-                       temperature=temperature, lr=lr)
+                       temperature=temperature, lr=lr, learner_threads=learner_threads,
+                       engine_threads=engine_threads)
     summary = DemoRun(get_settings(), opts, console).run()
     typer.echo(json.dumps({k: summary[k] for k in ("task", "base_accuracy", "final_accuracy", "n",
                                                    "minutes", "versions", "mean_reload_s")}))

@@ -53,6 +53,8 @@ class DemoOptions:
     temperature: float = 0.3
     lr: float = 5e-4
     checkpoint_every: int = 3  # learner steps per registered version
+    learner_threads: int | None = None  # the measured default run left both unset
+    engine_threads: int | None = None
 
 
 def demo_settings(settings: Settings, opts: DemoOptions, task: Task, run_id: str) -> Settings:
@@ -61,7 +63,9 @@ def demo_settings(settings: Settings, opts: DemoOptions, task: Task, run_id: str
     learner = settings.learner.model_copy(update={
         "mode": opts.mode, "lr": opts.lr, "group_size": opts.group_size,
         "batch_timeout_s": 20.0, "group_wait_s": 30.0, "checkpoint_every_steps": opts.checkpoint_every,
-        "staleness_policy": "downweight"})
+        "staleness_policy": "downweight", "threads": opts.learner_threads})
+    # The engine and the learner share the cores; unset, each takes torch's default (all).
+    engine = settings.engine.model_copy(update={"threads": opts.engine_threads})
     streams = settings.streams.model_copy(update={
         "select_agents": task.trained_agents, "idle_timeout_s": 60.0})
     mlflow = settings.mlflow.model_copy(update={
@@ -70,7 +74,7 @@ def demo_settings(settings: Settings, opts: DemoOptions, task: Task, run_id: str
     topic_cfg = settings.topics.model_copy(update={"prefix": f"{settings.topics.prefix}-demo-{run_id}"})
     gateway = settings.gateway.model_copy(update={
         "upstream_url": f"{services.engine_url(settings)}/v1"})
-    return settings.model_copy(update={"learner": learner, "streams": streams, "mlflow": mlflow,
+    return settings.model_copy(update={"learner": learner, "engine": engine, "streams": streams, "mlflow": mlflow,
                                        "topics": topic_cfg, "gateway": gateway})
 
 

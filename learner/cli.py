@@ -59,9 +59,12 @@ class _Progress:
     def __call__(self, step: int, m: dict) -> None:
         # a step of `sft` with no example above the threshold reports fewer metrics
         nan = float("nan")
-        info = (f"v{m['version']} loss {m.get('loss', nan):.4f} "
-                f"reward {m.get('mean_reward', nan):.3f} "
-                f"{m.get('transitions_per_s', nan):.1f} tr/s {m.get('tokens_per_s', nan):.0f} tok/s")
+        if m.get("skipped"):
+            info = f"v{m['version']} batch skipped: nothing trainable in this mode"
+        else:
+            info = (f"v{m['version']} loss {m.get('loss', nan):.4f} "
+                    f"reward {m.get('mean_reward', nan):.3f} "
+                    f"{m.get('transitions_per_s', nan):.1f} tr/s {m.get('tokens_per_s', nan):.0f} tok/s")
         if self._bar:
             self._bar.update(self._task, completed=step, info=info)
         else:

@@ -37,5 +37,8 @@ class LearnerSettings(BaseModel):
     )
     checkpoint_every_steps: int = Field(4, ge=1)
     checkpoint_every_s: float | None = Field(None, gt=0, description="Also checkpoint after T s.")
+    threads: int | None = Field(
+        None, ge=1, description="torch threads of the learner; unset keeps torch's (all cores)."
+    )
     dedupe_window: int = Field(200_000, ge=1, description="Transition ids remembered for dedupe.")
     seed: int = 0

@@ -53,7 +53,7 @@ class CalcAgent:
     def __init__(self, base_url: str, tracer=None, model: str = "policy", max_turns: int = 3,
                  max_tokens: int = 48, temperature: float = 1.0, api_key: str = "none",
                  agent_name: str = "calc"):
-        self.client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=2)
+        self.client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=2, timeout=120.0)
         self.tracer, self.model, self.max_turns = tracer, model, max_turns
         self.max_tokens, self.temperature, self.agent_name = max_tokens, temperature, agent_name
         self._calc = tracer.tool(name="calc")(self._run_calculator) if tracer else self._run_calculator

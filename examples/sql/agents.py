@@ -49,7 +49,7 @@ class SqlEpisode:
 class SqlTeam:
     def __init__(self, base_url: str, tracer=None, model: str = "policy", max_rounds: int = 2,
                  max_tokens: int = 96, temperature: float = 1.0, api_key: str = "none"):
-        self.client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=2)
+        self.client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=2, timeout=120.0)
         self.tracer, self.model, self.max_rounds = tracer, model, max_rounds
         self.max_tokens, self.temperature = max_tokens, temperature
         self._run = tracer.tool(name="execute_sql")(self._execute) if tracer else self._execute
