@@ -43,8 +43,6 @@ class PolicyTrainer:
         self.settings = settings
         self.learner = settings.learner
         if self.learner.threads:
-            import torch
-
             torch.set_num_threads(self.learner.threads)
         self.model_dir = resolve_base_model(settings.base_model, settings.home_dir)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
