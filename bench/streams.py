@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -53,7 +52,7 @@ def passthrough_worker() -> None:
             codec.decode(event.value, "Span")
             await sink.send(key=event.key, value=event.value)
 
-    Worker(app, loglevel=os.environ.get("BENCH_LOGLEVEL", "WARNING"), quiet=True).execute_from_commandline()
+    Worker(app, loglevel="WARNING", quiet=True).execute_from_commandline()
 
 
 def _producer(s: Settings) -> Producer:
@@ -86,7 +85,7 @@ def _timed_backlog(prod: Producer, records: list[tuple[str, bytes, bytes]], read
                    warm: list[tuple[str, bytes, bytes]], n_warm: int, n_out: int) -> float:
     """Warm the worker up, then produce `records` and return seconds to the last output."""
     _produce(prod, warm)
-    _read(reader, n_warm, float(os.environ.get("BENCH_WARM_S", 120)))
+    _read(reader, n_warm, 120)
     start = time.time()
     _produce(prod, records)
     return _read(reader, n_out, 600) - start

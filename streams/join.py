@@ -43,10 +43,10 @@ from tracetrain.settings import Settings
 
 WATCHED = ("spans", "air")  # the streams a final reward waits for (see Rollout.close_reason)
 INPUTS = ("spans", "rewards", "air")
-SLICE_S = 0.01
+SLICE_S = 0.01  # while closing, the timer lets the agents run at least this often
 # Header of the AirEvents this worker derives (they are most of what the air topic holds),
 # as aiokafka hands headers over: one (name, bytes) pair of a sequence.
-DERIVED = ("tracetrain-source", b"derived")  # while closing, the timer lets the agents run at least this often
+DERIVED = ("tracetrain-source", b"derived")
 log = logging.getLogger(__name__)
 
 
@@ -96,11 +96,11 @@ class Offsets:
         return {tp: found.get(tp, -1) for tp in tps}
 
     async def close(self) -> None:
-        for name in ("consumer", "admin"):
-            client = getattr(self, name)
-            if client is not None:
-                setattr(self, name, None)
-                await (client.stop() if name == "consumer" else client.close())
+        consumer, admin, self.consumer, self.admin = self.consumer, self.admin, None, None
+        if consumer is not None:
+            await consumer.stop()
+        if admin is not None:
+            await admin.close()
 
 
 class Join:
