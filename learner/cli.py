@@ -130,23 +130,79 @@ def register(app: typer.Typer) -> None:
         lr: float = typer.Option(None, help="Learning rate (default: settings)."),
         seed: int = typer.Option(None, help="Seed (default: settings); same seed, same model."),
         max_steps: int = typer.Option(None, help="Stop after this many steps."),
+        credit: str = typer.Option(None, help="--topic spans: credit assignment, identical, air "
+                                   "or discounted (default: settings.streams.credit)."),
+        gamma: float = typer.Option(None, help="--topic spans: discount of `discounted`."),
+        air_rule: list[str] = typer.Option(None, "--air-rule", help="--topic spans: NAME=VALUE "
+                                           "for an AIR rule (repeatable; 0 disables a rule), e.g. "
+                                           "tool_ok=0.2."),
+        no_train: bool = typer.Option(False, "--no-train", help="--topic spans: only rebuild the "
+                                      "transitions topic; print its name."),
     ) -> None:
         """Train a new experiment from a range of history with its own consumer group; the
-        live learner and its model's aliases are not touched."""
-        from learner.errors import LearnerError
+        live learner and its model's aliases are not touched. `--topic spans` first re-runs
+        the stream processing of that range with other reward shaping (--credit, --gamma,
+        --air-rule) into `<prefix>-replay-<experiment>.transitions`, then trains from it."""
         from learner.replay import replay as run_replay
+        from learner.replay import replay_spans
         from tracetrain.settings import get_settings
 
         settings = _apply(get_settings(), mode, lr, seed)
-        if topic == "spans":
-            raise LearnerError(
-                "replay --topic spans needs the streams stage to re-run credit assignment into a "
-                "new transitions topic; that entry point does not exist yet. Re-run "
-                "`tracetrain streams` with the new settings into another topic prefix, then "
-                "`tracetrain replay --topic <prefix>.transitions`")
-        name = settings.topics.transitions if topic == "transitions" else topic
+        shaping = {"credit": credit, "gamma": gamma, "air_rule": air_rule, "no_train": no_train}
+        if topic != "spans" and any(v not in (None, False, []) for v in shaping.values()):
+            raise typer.BadParameter("--credit, --gamma, --air-rule and --no-train re-shape "
+                                     "rewards: they need --topic spans", param_hint="--topic")
         started = time.time()
+        if topic == "spans":
+            update = _streams_update(settings, credit, gamma, air_rule or [])
+            with _Progress(max_steps) as progress:
+                rebuilt, result = replay_spans(
+                    settings, experiment=experiment, start=start, end=end, streams_update=update,
+                    train=not no_train, on_copy=_CopyCount(), max_steps=max_steps,
+                    on_step=progress)
+            typer.echo(json.dumps(rebuilt.summary()), err=result is not None)
+            if result is not None:
+                _report(result, started)
+            return
+        name = settings.topics.transitions if topic == "transitions" else topic
         with _Progress(max_steps) as progress:
             result = run_replay(settings, experiment=experiment, start=start, end=end,
                                 topic=name, max_steps=max_steps, on_step=progress)
         _report(result, started)
+
+
+class _CopyCount:
+    """A log line every 10,000 records copied by `replay --topic spans`."""
+
+    def __init__(self):
+        self.count = 0
+
+    def __call__(self, short: str) -> None:
+        self.count += 1
+        if self.count % 10_000 == 0:
+            typer.echo(f"replay: {self.count} records read ({short})", err=True)
+
+
+def _streams_update(settings, credit: str | None, gamma: float | None, rules: list[str]) -> dict:
+    """The streams settings a spans replay changes, validated now (not in the worker)."""
+    from pydantic import ValidationError
+
+    from streams.config import AirRuleSettings, StreamsSettings
+
+    air = settings.streams.air_rules.model_dump()
+    for rule in rules:
+        name, sep, value = rule.partition("=")
+        if not sep or name not in AirRuleSettings.model_fields:
+            raise typer.BadParameter(f"{rule!r}: expected NAME=VALUE with NAME one of "
+                                     f"{', '.join(AirRuleSettings.model_fields)}",
+                                     param_hint="--air-rule")
+        air[name] = value
+    update = {k: v for k, v in {"credit": credit, "gamma": gamma}.items() if v is not None}
+    update["air_rules"] = air
+    try:
+        checked = StreamsSettings.model_validate({**settings.streams.model_dump(), **update})
+    except ValidationError as exc:
+        raise typer.BadParameter("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
+                                           for e in exc.errors()), param_hint="--credit/--gamma/--air-rule") from exc
+    return {"credit": checked.credit, "gamma": checked.gamma,
+            "air_rules": checked.air_rules.model_dump()}

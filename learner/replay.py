@@ -8,6 +8,14 @@ Reads the transitions topic (or another topic holding Transition records) from `
 consumer group `<group_id>-replay-<experiment>`, so the live learner's group is untouched. It
 registers its checkpoints as versions of `<registered_model>-<experiment>`, so the live model's
 aliases do not move. With the same seed, batch size and range it is deterministic.
+
+    tracetrain replay --topic spans --from 0 --experiment air-credit --credit air --air-rule tool_ok=0.2
+
+re-runs the stream processing first (streams/replay.py): the spans of the range, with their
+rollouts' rewards, go through a real Faust worker with the new credit assignment or AIR rules
+into `<prefix>-replay-<experiment>.transitions`, and training starts from that topic's first
+offset. That topic stays, so the same shaping can be trained again with other learner settings
+(`--topic <prefix>-replay-<experiment>.transitions`) without re-running the join.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ from datetime import datetime
 
 from confluent_kafka import Consumer, TopicPartition
 
-from learner.batches import tp_key
+from learner.batches import split_key, tp_key
 from learner.errors import LearnerError
 from learner.loop import LoopResult, run_learner
 from tracetrain.settings import Settings
@@ -76,3 +84,21 @@ def replay(settings: Settings, *, experiment: str, start: str, end: str | None =
         model_name=f"{settings.mlflow.registered_model}-{experiment}",
         topic=topic, group_id=f"{settings.learner.group_id}-replay-{experiment}",
         start_offsets=start_offsets, stop_offsets=stop_offsets, **loop_kwargs)
+
+
+def replay_spans(settings: Settings, *, experiment: str, start: str, end: str | None = None,
+                 streams_update: dict | None = None, train: bool = True, on_copy=None,
+                 on_join=None, **loop_kwargs):
+    """Rebuild transitions from the spans in [start, end) with `streams_update` applied to the
+    streams settings, then (with `train`) replay them into `experiment`.
+    Returns (streams.replay.Rebuilt, LoopResult or None)."""
+    from streams.replay import rebuild
+
+    first, last = resolve_range(settings, settings.topics.spans, start, end)
+    spans_range = {split_key(k)[1]: (first[k], last[k]) for k in first}
+    hooks = {k: v for k, v in {"on_copy": on_copy, "on_join": on_join}.items() if v is not None}
+    rebuilt = rebuild(settings, experiment, spans_range, streams_update or {}, **hooks)
+    if not train:
+        return rebuilt, None
+    return rebuilt, replay(settings, experiment=experiment, start="0",
+                           topic=rebuilt.settings.topics.transitions, **loop_kwargs)

@@ -1,13 +1,11 @@
-"""Replay's command line: positions parse, `--topic spans` says what is missing."""
+"""Replay's command line: positions parse; the learner is a stack service."""
 
 from __future__ import annotations
 
 import pytest
-from typer.testing import CliRunner
 
 from learner.errors import LearnerError
 from learner.replay import parse_position
-from tracetrain.cli import app
 
 
 def test_positions_are_offsets_or_iso_timestamps():
@@ -16,13 +14,6 @@ def test_positions_are_offsets_or_iso_timestamps():
     assert kind == "time" and ms == 1796227200000
     with pytest.raises(LearnerError, match="expected an offset"):
         parse_position("yesterday")
-
-
-def test_replay_of_spans_fails_with_a_clear_error():
-    result = CliRunner().invoke(app, ["replay", "--topic", "spans", "--from", "0",
-                                      "--experiment", "x"])
-    assert isinstance(result.exception, LearnerError)
-    assert "streams stage" in str(result.exception)
 
 
 def test_learner_is_a_stack_service():
