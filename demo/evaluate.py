@@ -56,8 +56,13 @@ def accuracy(task, problems: list, base_url: str, threads: int = 8,
             on_done(value)
         return value
 
-    with ThreadPoolExecutor(max(1, threads)) as pool:
+    # Ctrl-C cancels what has not started (not left to the map iterator's clean-up) and does
+    # not wait for the running ones: they end with the engine, which the caller stops.
+    pool = ThreadPoolExecutor(max(1, threads))
+    try:
         return list(pool.map(one, enumerate(problems)))
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def with_progress(task, problems: list, base_url: str, label: str, threads: int = 8,

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -84,6 +86,28 @@ def test_eval_gives_the_same_accuracy_twice_greedy(tmp_path, base_model_dir):
     assert 0.0 <= results[0]["accuracy"] <= 1.0
     assert processes.records(tmp_path) == [] or all(
         not processes.pid_alive(r.pid) for r in processes.records(tmp_path))
+
+
+def test_ctrl_c_stops_eval_at_once_and_its_engine_with_it(tmp_path, base_model_dir):
+    """2,000 problems take many minutes; Ctrl-C must not wait for the queued ones."""
+    env = {**os.environ, "TRACETRAIN_HOME": str(tmp_path), "TRACETRAIN_BASE_MODEL": str(base_model_dir),
+           "TRACETRAIN_CONFIG": "/nonexistent.toml"}
+    run = subprocess.Popen([TRACETRAIN, "eval", "--task", "calc", "--n", "2000", "--version", "base"],
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not (engines := [r for r in processes.records(tmp_path) if processes.healthy(r)]):
+            assert run.poll() is None and time.monotonic() < deadline, run.stderr.read()
+            time.sleep(0.5)
+        time.sleep(5)  # solving now
+        run.send_signal(signal.SIGINT)
+        stopped = time.monotonic()
+        out, err = run.communicate(timeout=60)
+        assert time.monotonic() - stopped < 30, "eval kept solving after Ctrl-C"
+        assert run.returncode != 0 and '"accuracy"' not in out
+    finally:
+        run.kill()
+    assert not any(processes.pid_alive(r.pid) for r in engines), "the eval engine was left running"
 
 
 def test_eval_rejects_a_bad_version_and_a_missing_file(tmp_path):
