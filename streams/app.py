@@ -13,15 +13,19 @@ duplicate one but never lose or alter it. Metrics: http://WEB_HOST:WEB_PORT/metr
 
 from __future__ import annotations
 
+import logging
+import time
+
 import faust
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from infra.topics import planned_partitions
 from streams.dlq import DeadLetters
-from streams.join import DERIVED, Join
+from streams.join import DERIVED, STALL_S, Join
 from streams.metrics import StreamsMetrics
 from tracetrain.settings import Settings
 
+log = logging.getLogger(__name__)
 RAW = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
 
 
@@ -98,6 +102,15 @@ def create_app(settings: Settings) -> tuple[faust.App, Join]:
             return
         assigned = frozenset(tp.partition for tp in app.consumer.assignment() if tp.topic == topics.spans)
         await join.tick(assigned)
+        stalled = set(join.stalled(assigned, time.time()))
+        if stalled:
+            tps = [tp for tp in app.consumer.assignment()
+                   if (join.topic_short.get(tp.topic), tp.partition) in stalled]
+            for tp in tps:
+                metrics.fetch_resumed.labels(topic=join.topic_short[tp.topic], partition=str(tp.partition)).inc()
+            log.warning("no record processed for %.0f s from %s though records are left; "
+                        "resuming their fetch", STALL_S, sorted(stalled))
+            app.consumer.resume_partitions(tps)
 
     @app.on_partitions_revoked.connect
     async def on_revoked(app, revoked, **kwargs):

@@ -44,6 +44,10 @@ from tracetrain.settings import Settings
 WATCHED = ("spans", "air")  # the streams a final reward waits for (see Rollout.close_reason)
 INPUTS = ("spans", "rewards", "air")
 SLICE_S = 0.01  # while closing, the timer lets the agents run at least this often
+# An assigned input partition with records left and none processed this long is resumed:
+# after a rebalance Faust can leave a partition out of its fetches for good (faust-streaming
+# issue 629; seen here as a survivor's lag gauge stuck above 0 in test_two_workers_kill_one).
+STALL_S = 15.0
 # Header of the AirEvents this worker derives (they are most of what the air topic holds),
 # as aiokafka hands headers over: one (name, bytes) pair of a sequence.
 DERIVED = ("tracetrain-source", b"derived")
@@ -123,6 +127,7 @@ class Join:
         self.unrecorded: list[tuple[list, bytes, Rollout, list[str]]] = []
         self.watermark: dict[tuple[str, int], int] = {}   # highest record ts read, per stream
         self.last_offset: dict[tuple[str, int], int] = {}  # offset of the last record processed
+        self.progressed: dict[tuple[str, int], float] = {}  # wall time of that record (or assignment)
         self.quiet_since = time.time()
         self.assigned: frozenset[int] | None = None
         self.offsets = Offsets(settings.kafka.bootstrap_servers,
@@ -146,6 +151,7 @@ class Join:
         self.metrics.events_in.labels(topic=short).inc()
         self.watermark[(short, msg.partition)] = max(self.watermark.get((short, msg.partition), 0), ts_ns)
         self.last_offset[(short, msg.partition)] = msg.offset
+        self.progressed[(short, msg.partition)] = time.time()
         return short, ts_ns
 
     async def _decode(self, event: Any, name: str) -> tuple[dict | None, str, int, int]:
@@ -451,7 +457,8 @@ class Join:
         """Forget the read positions with the rollouts: the next owner of a partition (maybe
         this worker again) reads it from the committed offset, which `_lagging` then asks."""
         for state in (self.cache, self.open_keys, self.waiting, self.settle, self.ending,
-                      self.expiry, self.watermark, self.last_offset, self.committed):
+                      self.expiry, self.watermark, self.last_offset, self.committed,
+                      self.progressed):
             state.clear()
         self.metrics.lag.clear()
         self.assigned = None
@@ -506,6 +513,18 @@ class Join:
             self._lag_memo = None
         self._expire(now)
         self.metrics.rollouts_open.set(len(self.open_keys))
+
+    def stalled(self, assigned: frozenset[int], now: float) -> list[tuple[str, int]]:
+        """Assigned input partitions with records left to read and none processed for STALL_S
+        (each reported at most once per STALL_S)."""
+        found = []
+        for short in INPUTS:
+            for p in assigned:
+                since = self.progressed.setdefault((short, p), now)
+                if now - since >= STALL_S and self._unread(short, p):
+                    found.append((short, p))
+                    self.progressed[(short, p)] = now
+        return found
 
     def _expire(self, now: float) -> None:
         retention = self.cfg.closed_retention_s

@@ -28,5 +28,8 @@ class StreamsMetrics:
         self.lag = Gauge("tracetrain_streams_lag", "Records of an assigned input partition not yet "
                          "processed by this worker (-1: not known yet).", ["topic", "partition"],
                          registry=r)
+        self.fetch_resumed = Counter("tracetrain_streams_fetch_resumed", "Times a stalled input "
+                                     "partition's fetch was resumed (see join.STALL_S).",
+                                     ["topic", "partition"], registry=r)
         self.dlq = Counter("tracetrain_streams_dlq", "Records sent to the dead-letter topic, per reason.",
                            ["reason"], registry=r)
