@@ -88,7 +88,7 @@ def replay(settings: Settings, *, experiment: str, start: str, end: str | None =
 
 def replay_spans(settings: Settings, *, experiment: str, start: str, end: str | None = None,
                  streams_update: dict | None = None, train: bool = True, on_copy=None,
-                 on_join=None, **loop_kwargs):
+                 **loop_kwargs):
     """Rebuild transitions from the spans in [start, end) with `streams_update` applied to the
     streams settings, then (with `train`) replay them into `experiment`.
     Returns (streams.replay.Rebuilt, LoopResult or None)."""
@@ -96,7 +96,7 @@ def replay_spans(settings: Settings, *, experiment: str, start: str, end: str | 
 
     first, last = resolve_range(settings, settings.topics.spans, start, end)
     spans_range = {split_key(k)[1]: (first[k], last[k]) for k in first}
-    hooks = {k: v for k, v in {"on_copy": on_copy, "on_join": on_join}.items() if v is not None}
+    hooks = {} if on_copy is None else {"on_copy": on_copy}
     rebuilt = rebuild(settings, experiment, spans_range, streams_update or {}, **hooks)
     if not train:
         return rebuilt, None

@@ -16,7 +16,6 @@ from the result).
 
 from __future__ import annotations
 
-import re
 import time
 import urllib.request
 from collections import Counter
@@ -59,12 +58,18 @@ class Rebuilt:
 def replay_settings(settings: Settings, experiment: str, streams_update: dict) -> Settings:
     """The replay's own topics (prefix `<prefix>-replay-<experiment>`, kept forever), consumer
     group and state folder, and the streams settings with `streams_update` applied."""
-    prefix = f"{settings.topics.prefix}-replay-{experiment}"
-    if not re.fullmatch(r"[A-Za-z0-9._-]+", experiment):
-        raise ReplayError(f"--experiment {experiment!r}: it names the replay's topics "
-                          f"({prefix}.spans, ...); expected only letters, digits, '.', '_', '-'")
-    topic_cfg = settings.topics.model_copy(update={"prefix": prefix, "retention_ms": -1})
+    from pydantic import ValidationError
+
+    from infra.config import TopicSettings
     from streams.config import StreamsSettings
+
+    prefix = f"{settings.topics.prefix}-replay-{experiment}"
+    try:  # validated (model_copy is not): the prefix check is TopicSettings' own
+        topic_cfg = TopicSettings.model_validate(
+            {**settings.topics.model_dump(), "prefix": prefix, "retention_ms": -1})
+    except ValidationError as exc:
+        raise ReplayError(f"--experiment {experiment!r} names the replay's topics: "
+                          f"{exc.errors()[0]['msg']}") from exc
 
     streams = StreamsSettings.model_validate({
         **settings.streams.model_dump(),
@@ -122,8 +127,11 @@ def copy_history(settings: Settings, replay: Settings, spans_range: dict[int, tu
                           f"from them: tracetrain replay --topic {replay.topics.transitions} "
                           "--from 0 --experiment NAME")
     topics.create_topics(bootstrap, replay.topics)
+    # earliest: a range starting before the log start (retention) begins at the first record
+    # kept, instead of librdkafka's default jump to the end
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "tracetrain-replay-copy",
-                         "enable.auto.commit": False, "enable.partition.eof": False})
+                         "enable.auto.commit": False, "enable.partition.eof": False,
+                         "auto.offset.reset": "earliest"})
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
                          "linger.ms": 20, "compression.type": "lz4"})
     result, rollouts = Rebuilt(replay), set()
@@ -170,8 +178,7 @@ def _scrape(url: str) -> dict[str, list[tuple[dict, float]]]:
             for family in text_string_to_metric_families(text)}
 
 
-def join_history(result: Rebuilt, timeout_s: float = 1800.0,
-                 progress: Callable[[dict], None] = lambda metrics: None) -> Rebuilt:
+def join_history(result: Rebuilt, timeout_s: float = 1800.0) -> Rebuilt:
     """Step 2: a worker on the replay topics until every input record is read and every
     rollout closed; its counts into `result`."""
     replay = result.settings
@@ -181,7 +188,6 @@ def join_history(result: Rebuilt, timeout_s: float = 1800.0,
     try:
         while True:
             metrics = _scrape(record.health_url)
-            progress(metrics)
             lags = [value for _, value in metrics.get("tracetrain_streams_lag", [])]
             read = {labels["topic"]: value for labels, value in
                     metrics.get("tracetrain_streams_events_in", [])}
@@ -206,9 +212,8 @@ def join_history(result: Rebuilt, timeout_s: float = 1800.0,
 
 
 def rebuild(settings: Settings, experiment: str, spans_range: dict[int, tuple[int, int]],
-            streams_update: dict, on_copy: Callable[[str], None] = lambda short: None,
-            on_join: Callable[[dict], None] = lambda metrics: None) -> Rebuilt:
+            streams_update: dict, on_copy: Callable[[str], None] = lambda short: None) -> Rebuilt:
     """Steps 1 and 2: the replay's transitions topic, from the spans in `spans_range`.
-    `on_copy(short)` after each record copied; `on_join(metrics)` at each look at the worker."""
+    `on_copy(short)` after each record read."""
     replay = replay_settings(settings, experiment, streams_update)
-    return join_history(copy_history(settings, replay, spans_range, on_copy), progress=on_join)
+    return join_history(copy_history(settings, replay, spans_range, on_copy))
