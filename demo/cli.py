@@ -14,7 +14,7 @@ console = Console()
 
 
 def demo(
-    minutes: float = typer.Option(14.0, help="Minutes of training traffic (evaluations and "
+    minutes: float = typer.Option(12.0, help="Minutes of training traffic (evaluations and "
                                   "start-up come on top; the defaults end within 30 minutes)."),
     task: str = typer.Option("calc", help=f"One of: {', '.join(TASKS)}."),
     workers: int = typer.Option(6, min=1, help="Agent threads sending rollouts through the gateway."),

@@ -44,7 +44,7 @@ from tracetrain.settings import Settings
 @dataclass(frozen=True)
 class DemoOptions:
     task: str = "calc"
-    minutes: float = 14.0
+    minutes: float = 12.0
     workers: int = 6
     mode: str = "sft"
     n_eval: int = 200

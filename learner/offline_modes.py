@@ -12,6 +12,8 @@ dataset (never `train()`, which would rebuild its scheduler per call), then per 
   "label"}` with label = advantage > 0 and KL completions cycled within the batch (what
   KTOTrainer's own dataset preparation does), then `KTOTrainer.compute_loss` (reference = the
   model with the adapter disabled, as TRL does for PEFT).
+On CPU both read their log-probs through `learner/lm_head.py` (TRL's outputs, computed on the
+labelled positions only).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from learner import lm_head
 from learner.config import LearnerSettings
 from learner.errors import LearnerError
 
@@ -46,16 +49,20 @@ def build(mode: str, model, tokenizer, learner: LearnerSettings, work_dir: Path,
                              completion_only_loss=True, packing=False)
             dummy = Dataset.from_dict({"input_ids": [[1, 2, 3]] * 2,
                                        "completion_mask": [[0, 1, 1]] * 2})
-            return SFTTrainer(model=model, args=args, train_dataset=dummy,
-                              processing_class=tokenizer, peft_config=peft_config)
+            trainer = SFTTrainer(model=model, args=args, train_dataset=dummy,
+                                 processing_class=tokenizer, peft_config=peft_config)
+            lm_head.install(trainer.model, outputs=("entropy", "is_top1"))  # its metrics
+            return trainer
         from trl import KTOConfig, KTOTrainer
 
         args = KTOConfig(**_common(learner, work_dir), max_length=learner.max_length,
                          beta=max(learner.beta, 0.1))
         dummy = Dataset.from_dict({"prompt": ["a", "b"], "completion": [" c", " d"],
                                    "label": [True, False]})
-        return KTOTrainer(model=model, args=args, train_dataset=dummy, processing_class=tokenizer,
-                          peft_config=peft_config)
+        trainer = KTOTrainer(model=model, args=args, train_dataset=dummy,
+                             processing_class=tokenizer, peft_config=peft_config)
+    lm_head.install(trainer.model, outputs=("entropy", "mean_logits"))  # its metrics
+    return trainer
 
 
 def loss(policy, transitions: list[dict], advantages: list[float], inputs: dict):

@@ -16,6 +16,8 @@ TRL entry points used, and why:
 - `GRPOTrainer._get_per_token_logps_and_entropies` scores the reference (the same model with
   the adapter disabled, exactly as TRL does for PEFT) and, in tests, response log-probs.
 - `Trainer.create_optimizer_and_scheduler` builds the one long-lived AdamW + constant schedule.
+On CPU the log-probs TRL asks for are computed by `learner/lm_head.py` (same outputs, one LM-head
+projection of the response positions instead of TRL's tiled fallback over every position).
 The inputs dict mirrors what `_generate_and_score_completions` hands to `_compute_loss`:
 left-padded `prompt_ids`/`prompt_mask`, right-padded `completion_ids`/`completion_mask`,
 `advantages` (B,), `old_per_token_logps` (B, T), `num_items_in_batch`.
@@ -28,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from learner import lm_head
 from learner.config import LearnerSettings
 
 
@@ -66,6 +69,9 @@ def build_grpo_trainer(model, tokenizer, learner: LearnerSettings, work_dir: Pat
             peft_config=peft_config,
         )
     trainer.current_gradient_accumulation_steps = 1  # one optimizer step per micro-batch
+    # `_compute_loss` reads the entropy (metric; a gradient only for TRL's entropy bonus).
+    lm_head.install(trainer.model, outputs=("entropy",), temperature=trainer.temperature,
+                    entropy_requires_grad=trainer._entropy_bonus_enabled)
     return trainer
 
 
