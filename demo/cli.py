@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from demo.tasks import TASKS
+from demo.tasks import FRONT_ENDS, TASKS
 
 console = Console()
 
@@ -17,6 +17,9 @@ def demo(
     minutes: float = typer.Option(12.0, help="Minutes of training traffic (evaluations and "
                                   "start-up come on top; the defaults end within 30 minutes)."),
     task: str = typer.Option("calc", help=f"One of: {', '.join(TASKS)}."),
+    front_end: str = typer.Option("openai", "--front-end", help="The agent's framework: openai "
+                                  "(plain client) or, for calc, autogen (AutoGen AgentChat with a "
+                                  "function tool; pip install 'tracetrain[autogen]')."),
     workers: int = typer.Option(6, min=1, help="Agent threads sending rollouts through the gateway."),
     mode: str = typer.Option("sft", help="Learner mode: rl, sft or kto."),
     n_eval: int = typer.Option(200, "--n-eval", min=1, help="Held-out problems for base and final accuracy."),
@@ -42,8 +45,11 @@ def demo(
         raise typer.BadParameter(f"{mode!r}: expected rl, sft or kto", param_hint="--mode")
     if task not in TASKS:
         raise typer.BadParameter(f"{task!r}: expected one of {', '.join(TASKS)}", param_hint="--task")
-    opts = DemoOptions(task=task, minutes=minutes, workers=workers, mode=mode, n_eval=n_eval,
-                       version_eval_n=version_eval, group_size=group_size,
+    if front_end not in FRONT_ENDS[task]:
+        raise typer.BadParameter(f"{front_end!r} for --task {task}: expected one of "
+                                 f"{', '.join(FRONT_ENDS[task])}", param_hint="--front-end")
+    opts = DemoOptions(task=task, front_end=front_end, minutes=minutes, workers=workers,
+                       mode=mode, n_eval=n_eval, version_eval_n=version_eval, group_size=group_size,
                        temperature=temperature, lr=lr, learner_threads=learner_threads,
                        engine_threads=engine_threads)
     summary = DemoRun(get_settings(), opts, console).run()
@@ -53,6 +59,9 @@ def demo(
 
 def eval_command(
     task: str = typer.Option("calc", help=f"One of: {', '.join(TASKS)}."),
+    front_end: str = typer.Option("openai", "--front-end", help="The agent's framework: openai "
+                                  "(plain client) or, for calc, autogen (AutoGen AgentChat with a "
+                                  "function tool; pip install 'tracetrain[autogen]')."),
     problems: str = typer.Option(None, help="JSONL problems: {question, answer} for calc, "
                                   "{db, question, gold_sql} for sql (default: generated)."),
     n: int = typer.Option(200, min=1, help="Generated problems (ignored with --problems)."),
@@ -75,9 +84,10 @@ def eval_command(
         raise typer.BadParameter(f"{version!r}: expected a version number or `base`",
                                  param_hint="--version")
     try:
-        chosen = get_task(task)
+        chosen = get_task(task, front_end)
     except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--task") from exc
+        hint = "--front-end" if "front end" in str(exc) else "--task"
+        raise typer.BadParameter(str(exc), param_hint=hint) from exc
     settings = get_settings()
     folder = settings.home_dir / "eval"
     try:

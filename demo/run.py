@@ -44,6 +44,7 @@ from tracetrain.settings import Settings
 @dataclass(frozen=True)
 class DemoOptions:
     task: str = "calc"
+    front_end: str = "openai"
     minutes: float = 12.0
     workers: int = 6
     mode: str = "sft"
@@ -80,13 +81,15 @@ def demo_settings(settings: Settings, opts: DemoOptions, task: Task, run_id: str
 
 def _base_cache_key(settings: Settings, task: Task, opts: DemoOptions) -> str:
     agent = json.dumps([calc_agent.SYSTEM_PROMPT, calc_agent.DEMONSTRATION, task.max_tokens])
+    if task.front_end != "openai":
+        agent += f"|{task.front_end}"  # keeps the keys of earlier plain-agent runs
     raw = f"{settings.base_model}|{task.name}|{evaluate.HELD_OUT_SEED}|{opts.n_eval}|{agent}"
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
 class DemoRun:
     def __init__(self, settings: Settings, opts: DemoOptions, console: Console):
-        self.opts, self.console, self.task = opts, console, get_task(opts.task)
+        self.opts, self.console, self.task = opts, console, get_task(opts.task, opts.front_end)
         self.run_id = time.strftime("%Y%m%d-%H%M%S")
         self.settings = demo_settings(settings, opts, self.task, self.run_id)
         self.folder = self.settings.home_dir / "demo" / self.run_id
@@ -230,7 +233,7 @@ class DemoRun:
             final = sum(rewards) / len(rewards)
             monitor.poll()
             summary = {
-                "task": self.task.name, "mode": opts.mode, "base_accuracy": round(base, 4),
+                "task": self.task.name, "front_end": self.task.front_end, "mode": opts.mode, "base_accuracy": round(base, 4),
                 "final_accuracy": round(final, 4), "n": opts.n_eval,
                 "minutes": round((time.time() - t0) / 60, 2),
                 "training_minutes": round((time.time() - train_started) / 60, 2),

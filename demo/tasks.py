@@ -14,6 +14,9 @@ from examples.sql import databases as sql_databases
 from examples.sql.agents import TRAINED_AGENTS, SqlTeam
 
 TASKS = ("calc", "sql")
+# Agent front ends per task: calc runs on a plain `openai` client (the default) or on AutoGen
+# AgentChat with the calculator as a function tool (the `autogen` extra).
+FRONT_ENDS = {"calc": ("openai", "autogen"), "sql": ("openai",)}
 
 
 @dataclass(frozen=True)
@@ -21,6 +24,7 @@ class Task:
     name: str
     max_tokens: int
     trained_agents: str | None  # regex for the streams' agent selection; None: all
+    front_end: str = "openai"
 
     def problems(self, n: int, seed: int, folder: Path) -> list[Any]:
         if self.name == "calc":
@@ -35,6 +39,11 @@ class Task:
             raise ValueError(f"problems file {path} does not exist") from exc
 
     def agent(self, base_url: str, tracer=None, temperature: float = 0.0):
+        if self.name == "calc" and self.front_end == "autogen":
+            from examples.calc.autogen_agent import AutoGenCalcAgent
+
+            return AutoGenCalcAgent(base_url, tracer, temperature=temperature,
+                                    max_tokens=self.max_tokens)
         if self.name == "calc":
             return CalcAgent(base_url, tracer, temperature=temperature, max_tokens=self.max_tokens)
         return SqlTeam(base_url, tracer, temperature=temperature, max_tokens=self.max_tokens)
@@ -46,9 +55,14 @@ class Task:
         return agent.solve(problem, task_id=task_id).reward
 
 
-def get_task(name: str) -> Task:
+def get_task(name: str, front_end: str = "openai") -> Task:
+    if name not in TASKS:
+        raise ValueError(f"task {name!r}: expected one of {', '.join(TASKS)}")
+    if front_end not in FRONT_ENDS[name]:
+        raise ValueError(f"front end {front_end!r} for task {name}: expected one of "
+                         f"{', '.join(FRONT_ENDS[name])}")
     if name == "calc":
-        return Task("calc", max_tokens=32, trained_agents=None)
-    if name == "sql":
-        return Task("sql", max_tokens=96, trained_agents="|".join(TRAINED_AGENTS))
-    raise ValueError(f"task {name!r}: expected one of {', '.join(TASKS)}")
+        # AutoGen's turns carry tool-call JSON, longer than the plain agent's one-line turns.
+        return Task("calc", max_tokens=64 if front_end == "autogen" else 32,
+                    trained_agents=None, front_end=front_end)
+    return Task("sql", max_tokens=96, trained_agents="|".join(TRAINED_AGENTS))

@@ -119,6 +119,11 @@ def test_eval_rejects_a_bad_version_and_a_missing_file(tmp_path):
     missing = subprocess.run([TRACETRAIN, "eval", "--problems", str(tmp_path / "none.jsonl")],
                              env=env, capture_output=True, text=True)
     assert missing.returncode == 2 and "does not exist" in _text(missing.stderr)
+    for command in ("eval", "demo"):  # AutoGen is a calc front end only; named before any work
+        wrong = subprocess.run([TRACETRAIN, command, "--task", "sql", "--front-end", "autogen"],
+                               env=env, capture_output=True, text=True, timeout=60)
+        assert wrong.returncode == 2 and "'autogen'" in _text(wrong.stderr), wrong.stderr
+        assert "--front-end" in _text(wrong.stderr) and "openai" in _text(wrong.stderr)
 
 
 def _text(stderr: str) -> str:
