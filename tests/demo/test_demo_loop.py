@@ -92,8 +92,12 @@ def test_ctrl_c_stops_eval_at_once_and_its_engine_with_it(tmp_path, base_model_d
     """2,000 problems take many minutes; Ctrl-C must not wait for the queued ones."""
     env = {**os.environ, "TRACETRAIN_HOME": str(tmp_path), "TRACETRAIN_BASE_MODEL": str(base_model_dir),
            "TRACETRAIN_CONFIG": "/nonexistent.toml"}
+    # As from a terminal: SIGINT at its default. A test run started in the background by a
+    # non-interactive shell (`make test &`) inherits it ignored, and Python then never raises
+    # KeyboardInterrupt.
     run = subprocess.Popen([TRACETRAIN, "eval", "--task", "calc", "--n", "2000", "--version", "base"],
-                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 180
         while not (engines := [r for r in processes.records(tmp_path) if processes.healthy(r)]):
