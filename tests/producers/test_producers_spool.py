@@ -43,3 +43,34 @@ def test_locked_spool_is_refused(tmp_path):
     with pytest.raises(ProducerError, match="locked"):
         Spool(tmp_path)
     first.close()
+
+
+def test_only_records_left_waiting_an_interval_are_fsynced(tmp_path, monkeypatch):
+    import os
+
+    fsynced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (fsynced.append(fd), real_fsync(fd))[1])
+    spool = Spool(tmp_path)
+    seg = spool.current
+    # Delivered before the next interval: never forced to disk.
+    spool.append("t", b"k", b"fast")
+    assert spool.sync() == 0
+    spool.ack_many([(seg.id, 0)])
+    assert spool.sync() == 0 and fsynced == []
+    # Still unacknowledged one interval after it was written: fsynced (data and acks), once.
+    spool.append("t", b"k", b"waits")
+    assert spool.sync() == 0  # written in this interval: too young
+    assert spool.sync() == 1 and fsynced == [seg.fd, seg.ack_fd]
+    assert spool.sync() == 0  # already on disk
+    # Newer records of the same segment are judged on their own age.
+    spool.append("t", b"k", b"later")
+    assert spool.sync() == 0 and spool.sync() == 1
+    # A clean close leaves what is unacknowledged on disk for the next start, whatever its age.
+    spool.append("t", b"k", b"last")
+    fsynced.clear()
+    spool.close()
+    assert fsynced, "close must fsync the unacknowledged records it leaves"
+    again = Spool(tmp_path)
+    assert again.unacked() == 3
+    again.close()
