@@ -106,10 +106,18 @@ def create_app(settings: Settings) -> tuple[faust.App, Join]:
         if stalled:
             tps = [tp for tp in app.consumer.assignment()
                    if (join.topic_short.get(tp.topic), tp.partition) in stalled]
+            sought = {}
             for tp in tps:
-                metrics.fetch_resumed.labels(topic=join.topic_short[tp.topic], partition=str(tp.partition)).inc()
+                short = join.topic_short[tp.topic]
+                metrics.fetch_resumed.labels(topic=short, partition=str(tp.partition)).inc()
+                offset = join.restart_offset(short, tp.partition)
+                if offset is not None:
+                    # Resets Faust's read position and aiokafka's fetch state of the partition.
+                    await app.consumer.seek(tp, offset)
+                    sought[f"{short}-{tp.partition}"] = offset
             log.warning("no record processed for %.0f s from %s though records are left; "
-                        "resuming their fetch", STALL_S, sorted(stalled))
+                        "resuming their fetch%s", STALL_S, sorted(stalled),
+                        f", from the committed offsets {sought}" if sought else "")
             app.consumer.resume_partitions(tps)
 
     @app.on_partitions_revoked.connect

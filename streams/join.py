@@ -44,9 +44,11 @@ from tracetrain.settings import Settings
 WATCHED = ("spans", "air")  # the streams a final reward waits for (see Rollout.close_reason)
 INPUTS = ("spans", "rewards", "air")
 SLICE_S = 0.01  # while closing, the timer lets the agents run at least this often
-# An assigned input partition with records left and none processed this long is resumed:
-# after a rebalance Faust can leave a partition out of its fetches for good (faust-streaming
-# issue 629; seen here as a survivor's lag gauge stuck above 0 in test_two_workers_kill_one).
+# An assigned input partition with records left and none processed this long is resumed, and
+# sought to its committed offset if it delivered nothing since its assignment: after a
+# rebalance Faust can leave a partition out of its fetches for good (faust-streaming issue 629;
+# seen here as a survivor's lag gauge stuck above 0 in test_two_workers_kill_one, for the
+# partitions it took over; resuming alone did not end it there).
 STALL_S = 15.0
 # Header of the AirEvents this worker derives (they are most of what the air topic holds),
 # as aiokafka hands headers over: one (name, bytes) pair of a sequence.
@@ -525,6 +527,16 @@ class Join:
                     found.append((short, p))
                     self.progressed[(short, p)] = now
         return found
+
+    def restart_offset(self, short: str, partition: int) -> int | None:
+        """Where a stalled partition is read again from: the group's committed offset, for a
+        partition that has delivered nothing since this worker got it (the stall seen after
+        takeovers). None where records were processed (Faust's buffers may still hold the
+        next ones: a seek would deliver them twice) or the committed offset is not known."""
+        if (short, partition) in self.last_offset:
+            return None
+        committed = self.committed.get((short, partition))
+        return None if committed is None else max(committed, 0)
 
     def _expire(self, now: float) -> None:
         retention = self.cfg.closed_retention_s
