@@ -13,13 +13,16 @@ generated rollouts and times from its first record produced to its last output r
    reward, the time from producing it to its rollout's last transition being read (p50,
    p99). A close waits `close_grace_s` (0.3 s here) of quiet at the head of the log.
 Prints the figures last as one JSON line: spans_per_s, passthrough_per_s, ratio,
-p50_latency_s, p99_latency_s.
+p50_latency_s, p99_latency_s, and each worker's CPU time per backlog span with their ratio
+(cpu_ratio, passthrough / ours): on a shared 2-core machine the wall-clock rates move with
+the broker's and the producer's load, the CPU cost per span much less.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -81,14 +84,23 @@ def _read(consumer: Consumer, n: int, timeout_s: float) -> float:
     return last
 
 
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _timed_backlog(prod: Producer, records: list[tuple[str, bytes, bytes]], reader: Consumer,
-                   warm: list[tuple[str, bytes, bytes]], n_warm: int, n_out: int) -> float:
-    """Warm the worker up, then produce `records` and return seconds to the last output."""
+                   warm: list[tuple[str, bytes, bytes]], n_warm: int, n_out: int,
+                   pid: int) -> tuple[float, float]:
+    """Warm the worker up, then produce `records`; returns the seconds to the last output and
+    the worker's CPU seconds meanwhile (the wall time depends on what else the machine runs,
+    the CPU time much less)."""
     _produce(prod, warm)
     _read(reader, n_warm, 120)
-    start = time.time()
+    start, cpu = time.time(), _cpu_s(pid)
     _produce(prod, records)
-    return _read(reader, n_out, 600) - start
+    return _read(reader, n_out, 600) - start, _cpu_s(pid) - cpu
 
 
 def _produce(prod: Producer, records: list[tuple[str, bytes, bytes]]) -> None:
@@ -149,11 +161,12 @@ def main() -> None:
         pt = _settings(base, kafka, home, "bench-pt")
         prod = _producer(pt)
         reader = _reader(pt, pt.topics.name("passthrough"))
-        processes.spawn(home, "passthrough", [sys.executable, "-m", "bench.streams", "--passthrough-worker"],
+        pt_worker = processes.spawn(home, "passthrough", [sys.executable, "-m", "bench.streams", "--passthrough-worker"],
                         address="-", env=settings_env(pt), cwd=Path(__file__).resolve().parent.parent)
         try:
-            seconds = _timed_backlog(prod, _encoded(codec, pt, events, only_spans=True), reader,
-                                     _encoded(codec, pt, warm, only_spans=True), n_warm_spans, n_spans)
+            seconds, pt_cpu = _timed_backlog(prod, _encoded(codec, pt, events, only_spans=True), reader,
+                                             _encoded(codec, pt, warm, only_spans=True), n_warm_spans,
+                                             n_spans, pt_worker.pid)
         finally:
             processes.stop(home, "passthrough", timeout_s=5)
             reader.close()
@@ -165,8 +178,9 @@ def main() -> None:
         reader = _reader(ours, ours.topics.transitions)
         worker = start_worker(ours, name="bench-streams", wait=False)
         try:
-            seconds = _timed_backlog(prod, _encoded(codec, ours, events), reader, _encoded(codec, ours, warm),
-                                     llm_calls(warm_rollouts), llm_calls(rollouts))
+            seconds, our_cpu = _timed_backlog(prod, _encoded(codec, ours, events), reader,
+                                              _encoded(codec, ours, warm), llm_calls(warm_rollouts),
+                                              llm_calls(rollouts), worker.pid)
             spans_per_s = n_spans / seconds
 
             # 3. latency at half our measured rate, same worker, fresh rollouts
@@ -198,7 +212,10 @@ def main() -> None:
         result = {"spans_per_s": round(spans_per_s, 1), "passthrough_per_s": round(passthrough, 1),
                   "ratio": round(spans_per_s / passthrough, 3), "p50_latency_s": round(pct(0.5), 4),
                   "p99_latency_s": round(pct(0.99), 4), "latency_rollouts": len(latencies),
-                  "latency_sent": i, "spans": n_spans}
+                  "latency_sent": i, "spans": n_spans,
+                  "cpu_us_per_span": round(our_cpu / n_spans * 1e6, 1),
+                  "passthrough_cpu_us_per_span": round(pt_cpu / n_spans * 1e6, 1),
+                  "cpu_ratio": round(pt_cpu / our_cpu, 3)}
     finally:
         broker.stop(home)
     print(json.dumps(result))

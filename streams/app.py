@@ -21,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from infra.topics import planned_partitions
 from streams.dlq import DeadLetters
-from streams.join import DERIVED, STALL_S, Join
+from streams.join import STALL_S, Join
 from streams.metrics import StreamsMetrics
 from tracetrain.settings import Settings
 
@@ -65,26 +65,23 @@ def create_app(settings: Settings) -> tuple[faust.App, Join]:
     spans = app.topic(topics.spans, **RAW)
     rewards = app.topic(topics.rewards, **RAW)
     air = app.topic(topics.air, **RAW)
-    transitions = app.topic(topics.transitions, **RAW)
     dlq = DeadLetters(app.topic(topics.dlq, **RAW), metrics)
     table = app.Table("rollouts", default=None, partitions=planned_partitions(topics)["spans"],
                       key_type=bytes, value_type=bytes)  # bytes: Faust uses the raw codec
-    join = Join(settings, table, transitions, dlq, metrics)
+    join = Join(settings, table, dlq, metrics)
 
     @app.agent(spans, name="join_spans")
     async def join_spans(stream):
         """AIR deriver and span join in one agent, so each span is decoded once: the join
         applies the derived AirEvents at once and publishes them on the air topic, in the
         span's own partition (co-partitioned whatever partitioner the producers use).
-        Sent now (force), not at the next commit: closes wait for the air partition to be
+        Sent now, not at the next commit: closes wait for the air partition to be
         read past their final reward, and these records are most of what it holds. A crash
         re-derives them; the join ignores derived AirEvents it reads, so copies are harmless."""
         async for event in stream.events():
             for record in await join.on_span(event):
                 metrics.air_derived.labels(rule=record["rule"]).inc()
-                await air.send(key=record["rollout_id"].encode(), partition=event.message.partition,
-                               value=join.codec.encode("AirEvent", record), force=True,
-                               headers=[DERIVED])
+                await join.publish_air(record, event.message.partition)
 
     @app.agent(rewards, name="join_rewards")
     async def join_rewards(stream):
