@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -31,6 +30,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from bench.gateway import cpu_seconds
 from infra import processes, topics
 from infra.config import KafkaSettings, TopicSettings
 from infra.kafka import broker
@@ -84,12 +84,6 @@ def _read(consumer: Consumer, n: int, timeout_s: float) -> float:
     return last
 
 
-def _cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) a process has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _timed_backlog(prod: Producer, records: list[tuple[str, bytes, bytes]], reader: Consumer,
                    warm: list[tuple[str, bytes, bytes]], n_warm: int, n_out: int,
                    pid: int) -> tuple[float, float]:
@@ -98,9 +92,9 @@ def _timed_backlog(prod: Producer, records: list[tuple[str, bytes, bytes]], read
     the CPU time much less)."""
     _produce(prod, warm)
     _read(reader, n_warm, 120)
-    start, cpu = time.time(), _cpu_s(pid)
+    start, cpu = time.time(), cpu_seconds(pid)
     _produce(prod, records)
-    return _read(reader, n_out, 600) - start, _cpu_s(pid) - cpu
+    return _read(reader, n_out, 600) - start, cpu_seconds(pid) - cpu
 
 
 def _produce(prod: Producer, records: list[tuple[str, bytes, bytes]]) -> None:
@@ -162,7 +156,7 @@ def main() -> None:
         prod = _producer(pt)
         reader = _reader(pt, pt.topics.name("passthrough"))
         pt_worker = processes.spawn(home, "passthrough", [sys.executable, "-m", "bench.streams", "--passthrough-worker"],
-                        address="-", env=settings_env(pt), cwd=Path(__file__).resolve().parent.parent)
+                                    address="-", env=settings_env(pt), cwd=Path(__file__).resolve().parent.parent)
         try:
             seconds, pt_cpu = _timed_backlog(prod, _encoded(codec, pt, events, only_spans=True), reader,
                                              _encoded(codec, pt, warm, only_spans=True), n_warm_spans,
