@@ -11,7 +11,7 @@ table after a rebalance).
 Every record the join writes (table changelog, transitions, derived AirEvents) is handed
 straight to Faust's Kafka producer (`_send`), the table's local data updated alongside, not
 through Faust's topic channels and producer buffer: those cost more CPU per record than the
-join itself (bench.streams: 738 against 466 us of worker CPU per span). At-least-once holds as
+join itself (bench.streams: 738 against 364-408 us of worker CPU per span). At-least-once holds as
 before: each send is awaited, i.e. in the producer before the event's processing ends, and
 Faust flushes that producer before it commits offsets; a record Kafka refuses stops the worker
 at once (`stop_now`), so no offset past it is committed.
