@@ -139,7 +139,7 @@ def main() -> None:
     kafka = KafkaSettings(port=processes.free_port(), controller_port=processes.free_port())
     broker.start(home, kafka, 1)
     kafka = kafka.model_copy(update={"bootstrap_servers": broker.bootstrap(kafka, 1)})
-    codec, base = Codec(), load_settings()
+    codec, base, prod = Codec(), load_settings(), None
     try:
         rollouts = generate(args.rollouts, seed=1, p_never_closed=0.0, p_reward_first=0.0)
         events = interleave(rollouts, seed=1)
@@ -211,6 +211,8 @@ def main() -> None:
                   "passthrough_cpu_us_per_span": round(pt_cpu / n_spans * 1e6, 1),
                   "cpu_ratio": round(pt_cpu / our_cpu, 3)}
     finally:
+        # Destroy the producer before its broker goes, or its reconnect errors follow the JSON.
+        prod = None
         broker.stop(home)
     print(json.dumps(result))
 

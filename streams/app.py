@@ -23,6 +23,7 @@ from infra.topics import planned_partitions
 from streams.dlq import DeadLetters
 from streams.join import STALL_S, Join
 from streams.metrics import StreamsMetrics
+from streams.transport import App
 from tracetrain.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -38,14 +39,14 @@ class Worker(faust.Worker):
         self.spinner = None
 
 
-def faust_app(settings: Settings, app_id: str, **extra) -> faust.App:
+def faust_app(settings: Settings, app_id: str, **extra) -> App:
     """A Faust app on the settings' cluster; state under `home/streams/<app_id>-<web port>`."""
     s = settings.streams
     partitions = planned_partitions(settings.topics)["spans"]
     datadir = settings.home_dir / "streams" / f"{app_id}-{s.web_port}"
     datadir.parent.mkdir(parents=True, exist_ok=True)  # Faust creates only the last level
-    return faust.App(
-        app_id,
+    return App(
+        app_id, fetch_max_wait_ms=s.fetch_max_wait_ms,
         broker=[f"kafka://{server}" for server in settings.kafka.bootstrap_servers.split(",")],
         datadir=str(datadir), store="memory://", autodiscover=False,
         web_host=s.web_host, web_port=s.web_port, web_enabled=True, web_in_thread=False,
@@ -58,7 +59,7 @@ def faust_app(settings: Settings, app_id: str, **extra) -> faust.App:
     )
 
 
-def create_app(settings: Settings) -> tuple[faust.App, Join]:
+def create_app(settings: Settings) -> tuple[App, Join]:
     topics, cfg = settings.topics, settings.streams
     app = faust_app(settings, cfg.group_id(topics.prefix))
     metrics = StreamsMetrics()

@@ -82,8 +82,8 @@ def call_key(key: bytes, span_id: str) -> bytes:
 class Offsets:
     """End offsets of input partitions and the group's committed offsets, asked on clients
     of our own. Asked through Faust's consumer, the ListOffsets request queued behind that
-    connection's fetch long-poll (1.5 s fetch_max_wait in Faust's aiokafka driver): a timer
-    tick took ~1.4 s for it alone. Committed offsets come from the broker too, not from
+    connection's fetch long-poll (Faust's 1.5 s then; streams/transport.py now shortens it): a
+    timer tick took ~1.4 s for it alone. Committed offsets come from the broker too, not from
     Faust consumer's private `_committed_offset`, which it fills only at its own seek after
     recovery and maps offset 0 to None: a partition missing there looked unread forever, and
     its rollouts never closed."""
