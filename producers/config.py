@@ -14,8 +14,9 @@ class PublisherSettings(BaseModel):
     queue_max_messages: int = Field(100_000, ge=1)
     max_block_ms: int = Field(50, ge=0, description="Longest a publish call may block the agent.")
     fsync_interval_ms: int = Field(
-        50, ge=1, description="Spool fsync interval: a record still unacknowledged one interval "
-        "after it was written is fsynced (power loss; kill -9 safety needs no fsync)."
+        1000, ge=1, description="Spool fsync interval: a record still unacknowledged one interval "
+        "after it was written is fsynced (power loss; kill -9 safety needs no fsync). Shorter "
+        "intervals fsync whenever a busy broker lags that long, and cost throughput."
     )
     spool_segment_mb: int = Field(64, ge=1, description="Size at which a spool segment rolls.")
     metrics_port: int | None = Field(

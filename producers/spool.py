@@ -143,7 +143,17 @@ class Spool:
             seg = self._rotate()
         body = encode_body(topic, key, value)
         frame = _FRAME.pack(len(body), zlib.crc32(body)) + body
-        os.write(seg.fd, frame)
+        try:
+            written = os.write(seg.fd, frame)
+        except OSError as exc:
+            raise ProducerError(f"spool {seg.path}: cannot write a {len(frame)}-byte record "
+                                f"({exc.strerror}); it was not published") from exc
+        if written != len(frame):
+            # Short only when the disk is full. Cut the partial record off, or every record
+            # appended after it would sit behind a torn frame that start-up stops reading at.
+            os.ftruncate(seg.fd, seg.size)
+            raise ProducerError(f"spool {seg.path}: only {written} of a {len(frame)}-byte "
+                                "record fit (disk full?); it was not published")
         seg.offsets.append(seg.size)
         seg.size += len(frame)
         seg.written += 1

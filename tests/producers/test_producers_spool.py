@@ -74,3 +74,39 @@ def test_only_records_left_waiting_an_interval_are_fsynced(tmp_path, monkeypatch
     again = Spool(tmp_path)
     assert again.unacked() == 3
     again.close()
+
+
+def test_a_full_disk_refuses_the_record_and_keeps_later_ones_readable(tmp_path):
+    """A file-size limit (RLIMIT_FSIZE, in a child process) makes the kernel write part of a
+    record, as a full disk would: that record is refused, and records appended once there is
+    room again are read back after a restart, not lost behind the torn one."""
+    import subprocess
+    import sys
+
+    child = f"""
+import resource, signal
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+from producers.errors import ProducerError
+from producers.spool import Spool
+spool = Spool({str(tmp_path)!r})
+resource.setrlimit(resource.RLIMIT_FSIZE, (5000, resource.RLIM_INFINITY))
+for i in range(6):
+    try:
+        spool.append("t", b"k", bytes([i]) * 1000)
+        print("kept", i)
+    except ProducerError as exc:
+        print("refused", i, exc)
+resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+spool.append("t", b"k", bytes([9]) * 1000)
+"""
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True,
+                         timeout=60).stdout
+    assert "kept 3" in out and "kept 4" not in out, out
+    assert "refused 4" in out and "disk full?" in out and "refused 5" in out, out
+    again = Spool(tmp_path)
+    pos, seen = again.pending_from(0, 0), []
+    while pos is not None:
+        seen.append(again.read(*pos).value[0])
+        pos = again.pending_from(pos[0], pos[1] + 1)
+    assert seen == [0, 1, 2, 3, 9]
+    again.close()
