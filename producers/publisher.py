@@ -92,6 +92,7 @@ class Publisher:
             serve_metrics(settings.publisher.metrics_port)
         self._lock = threading.Lock()  # order of spool appends == order handed to librdkafka
         self._done: deque = deque()
+        self._settle_lock = threading.Lock()
         self._retry: deque = deque()
         self.counts = {"sent": 0, "failed": 0, "spooled": 0, "retried": 0}
         self._metrics = {k: RECORDS.labels(name, k) for k in self.counts}
@@ -161,12 +162,17 @@ class Publisher:
     def flush(self, timeout_s: float = 30.0) -> int:
         """Wait until everything published so far is delivered; returns what is left."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._direct and not self._done and self._spool.unacked() == 0:
+        while True:
+            queued = self._producer.flush(min(0.1, max(0.0, deadline - time.monotonic())))
+            # Settled here rather than left to the background thread's next turn (up to
+            # _CALLER_POLLS_S later), so a flush returns as soon as Kafka has everything.
+            self._settle()
+            if self._direct and queued == 0 and not self._retry and self._spool.unacked() == 0:
                 return 0
-            self._producer.flush(min(0.1, max(0.0, deadline - time.monotonic())))
-            time.sleep(0.01)
-        return self._spool.unacked()
+            if time.monotonic() >= deadline:
+                return self._spool.unacked()
+            if not self._direct:
+                time.sleep(0.01)  # the background thread is feeding the spool to Kafka
 
     def close(self, timeout_s: float = 30.0) -> int:
         """Flush, then stop; what is still undelivered stays in the spool for the next start."""
@@ -226,6 +232,10 @@ class Publisher:
         self._settle()
 
     def _settle(self) -> None:
+        with self._settle_lock:  # the background thread and flush()
+            self._settle_unlocked()
+
+    def _settle_unlocked(self) -> None:
         done = []
         sent = failed = 0
         while self._done:
