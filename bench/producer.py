@@ -133,7 +133,7 @@ def main() -> None:
             print(f"round {r + 1}: bare {bare[-1]:,.0f} spans/s, ours {ours[-1]:,.0f} spans/s")
     # Each round's ratio compares two runs a second apart, so a slow spell of the shared
     # machine hits both sides of it; the median of those is steadier than a ratio of medians.
-    ratios = sorted(o / b for o, b in zip(ours, bare))
+    ratios = sorted(o / b for o, b in zip(ours, bare, strict=True))
     q1, _, q3 = statistics.quantiles(ratios, n=4)
     result = {
         "ratio": round(statistics.median(ratios), 3),
