@@ -119,19 +119,19 @@ class Publisher:
                 raise ProducerError(f"publisher {self.name} is closed")
             kb, producer = key.encode(), self._producer
             sid, idx = self._spool.append(topic, kb, value)
+            if self._direct:
+                try:
+                    producer.produce(topic, value, kb,
+                                     callback=partial(self._on_delivery, sid, idx))
+                except BufferError:
+                    self._direct, self._cursor = False, (sid, idx)
+                except KafkaException as exc:
+                    self._spool.ack_many([(sid, idx)])  # permanent: never replay it
+                    self._count("failed")
+                    raise ProducerError(f"Kafka refused a record for {topic}: {exc}") from exc
             if not self._direct:
                 self._count("spooled")
                 return
-            try:
-                producer.produce(topic, value, kb, callback=partial(self._on_delivery, sid, idx))
-            except BufferError:
-                self._direct, self._cursor = False, (sid, idx)
-                self._count("spooled")
-                return
-            except KafkaException as exc:
-                self._spool.ack_many([(sid, idx)])  # permanent: never replay it
-                self._count("failed")
-                raise ProducerError(f"Kafka refused a record for {topic}: {exc}") from exc
             now = self._last_publish = time.monotonic()
             self._unpolled += 1
             poll = self._unpolled >= _POLL_EVERY or now - self._polled_at >= _CALLER_POLLS_S / 2
@@ -142,7 +142,7 @@ class Publisher:
         # While callers publish, they serve the delivery reports (produce, then now and then
         # poll(0)), a batch at a time. Served by the background thread instead, each report
         # made that thread take the GIL from the caller mid-work: bench.producer went from
-        # 8.0k to 9.3-9.9k spans/s without it. Not on every call: that added ~10 us to the
+        # 8.0k to 9.3-9.9k spans/s once callers served them. Not on every call: that added ~10 us to the
         # median traced call (bench.tracer).
         if poll:
             producer.poll(0)

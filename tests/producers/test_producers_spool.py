@@ -9,6 +9,15 @@ from producers.errors import ProducerError
 from producers.spool import Spool
 
 
+def replayed(spool: Spool) -> list[bytes]:
+    """The values a restarted publisher would replay, in order."""
+    pos, values = spool.pending_from(0, 0), []
+    while pos is not None:
+        values.append(spool.read(*pos).value)
+        pos = spool.pending_from(pos[0], pos[1] + 1)
+    return values
+
+
 def test_replay_skips_acked_and_cuts_torn_tail(tmp_path):
     spool = Spool(tmp_path)
     for i in range(10):
@@ -26,12 +35,7 @@ def test_replay_skips_acked_and_cuts_torn_tail(tmp_path):
     os.close(spool._lock_fd)
 
     again = Spool(tmp_path)
-    pos, seen = again.pending_from(0, 0), []
-    while pos is not None:
-        rec = again.read(*pos)
-        seen.append(rec.value.decode())
-        pos = again.pending_from(pos[0], pos[1] + 1)
-    assert seen == [f"v{i}" for i in (2, 3, 4, 6, 7, 8, 9)]
+    assert [v.decode() for v in replayed(again)] == [f"v{i}" for i in (2, 3, 4, 6, 7, 8, 9)]
     assert again.unacked() == 7
     again.ack_many([(1, i) for i in (2, 3, 4, 6, 7, 8, 9)])
     assert not path.exists(), "a closed, fully acknowledged segment must be removed"
@@ -104,9 +108,5 @@ spool.append("t", b"k", bytes([9]) * 1000)
     assert "kept 3" in out and "kept 4" not in out, out
     assert "refused 4" in out and "disk full?" in out and "refused 5" in out, out
     again = Spool(tmp_path)
-    pos, seen = again.pending_from(0, 0), []
-    while pos is not None:
-        seen.append(again.read(*pos).value[0])
-        pos = again.pending_from(pos[0], pos[1] + 1)
-    assert seen == [0, 1, 2, 3, 9]
+    assert [v[0] for v in replayed(again)] == [0, 1, 2, 3, 9]
     again.close()
