@@ -59,7 +59,7 @@ class Codec:
         buf = io.BytesIO()
         buf.write(schema.header)
         try:
-            schemaless_writer(buf, schema.parsed, record)
+            schemaless_writer(buf, schema.parsed, schema.tag_unions(record))
         except _ENCODE_ERRORS as exc:
             raise CodecError("invalid_record", self._explain_invalid(schema, record, exc)) from exc
         return buf.getvalue()
