@@ -5,7 +5,8 @@
 A realistic Span: about 600 prompt tokens, 200 response tokens with logprobs. Bare fastavro is
 `schemaless_writer`/`schemaless_reader` with the parsed schema and a BytesIO, which is the
 least any Avro encoder must do; ours adds the 10-byte header, the fingerprint lookup and the
-error wrapping. Chunks of 100 records alternate ours and bare so machine noise hits both,
+error wrapping, and names the record branch of the Span's unions for fastavro (which otherwise
+finds it by validating the whole LlmCall against it: schemas/unions.py). Chunks of 100 records alternate ours and bare so machine noise hits both,
 and the median per-chunk ratio is reported. Prints one JSON line last: encode_ratio and
 decode_ratio (ours / bare; above 1 means ours is faster).
 """
