@@ -47,7 +47,7 @@ _SCALARS: dict[str, Check] = {
 }
 
 
-def _array_check(items: Any, named: dict) -> Check | None:
+def _array_check(items: Any, named: dict, building: frozenset) -> Check | None:
     if isinstance(items, str) and items in _TYPECODES:
         typecode = _TYPECODES[items]
 
@@ -67,16 +67,16 @@ def _array_check(items: Any, named: dict) -> Check | None:
     if isinstance(items, str) and items in _ITEM_TYPES:
         allowed = _ITEM_TYPES[items]
         return lambda v: type(v) is list and set(map(type, v)) <= allowed
-    item = _checker(items, named)
+    item = _checker(items, named, building)
     if item is None:
         return None
     return lambda v: type(v) is list and all(map(item, v))
 
 
-def _record_check(schema: dict, named: dict) -> Check | None:
+def _record_check(schema: dict, named: dict, building: frozenset) -> Check | None:
     fields = []
     for f in schema["fields"]:
-        check = _checker(f["type"], named)
+        check = _checker(f["type"], named, building | {schema["name"]})
         if check is None:
             return None
         fields.append((f["name"], check, "default" in f))
@@ -95,12 +95,15 @@ def _record_check(schema: dict, named: dict) -> Check | None:
     return check
 
 
-def _checker(t: Any, named: dict) -> Check | None:
-    """A strict type test for values of Avro type `t`, or None where we have none."""
+def _checker(t: Any, named: dict, building: frozenset = frozenset()) -> Check | None:
+    """A strict type test for values of Avro type `t`, or None where we have none (also for
+    a record that contains itself: `building` holds the records being built)."""
     if isinstance(t, str):
-        return _SCALARS.get(t) or (_checker(named[t], named) if t in named else None)
+        if t in _SCALARS:
+            return _SCALARS[t]
+        return None if t in building or t not in named else _checker(named[t], named, building)
     if isinstance(t, list):
-        branches = [_checker(b, named) for b in t]
+        branches = [_checker(b, named, building) for b in t]
         if any(b is None for b in branches):
             return None
         if len(t) == 2 and "null" in t:  # the usual optional field: no generator per value
@@ -111,12 +114,12 @@ def _checker(t: Any, named: dict) -> Check | None:
     if t.get("name"):
         named.setdefault(t["name"], t)
     if kind == "record":
-        return _record_check(t, named)
+        return _record_check(t, named, building)
     if kind == "enum":
         symbols = frozenset(t["symbols"])
         return lambda v: type(v) is str and v in symbols
     if kind == "array":
-        return _array_check(t["items"], named)
+        return _array_check(t["items"], named, building)
     if kind == "map":
         values = t["values"]
         allowed = _ITEM_TYPES.get(values) if isinstance(values, str) else None
@@ -125,7 +128,7 @@ def _checker(t: Any, named: dict) -> Check | None:
         return lambda v: (type(v) is dict and set(map(type, v)) <= {str}
                           and set(map(type, v.values())) <= allowed)
     if isinstance(kind, (str, list, dict)) and kind not in ("fixed",):
-        return _checker(kind, named)
+        return _checker(kind, named, building)
     return None
 
 

@@ -7,10 +7,11 @@ import copy
 import io
 
 import pytest
-from fastavro import schemaless_writer
+from fastavro import parse_schema, schemaless_writer
 from records import EXAMPLES, span, tool_span
 
 from schemas import Codec, CodecError
+from schemas.unions import branch_tagger
 
 CODEC = Codec()
 SPAN = CODEC.history.current("Span")
@@ -72,3 +73,11 @@ def test_a_branch_the_caller_named_is_left_alone():
     record["llm"] = ("dev.tracetrain.LlmCall", record["llm"])
     assert SPAN.tag_unions(record)["llm"] is record["llm"]
     assert CODEC.decode(CODEC.encode("Span", record))["llm"]["model"] == record["llm"][1]["model"]
+
+
+def test_a_record_that_contains_itself_is_left_to_fastavro():
+    schema = parse_schema({"type": "record", "name": "Node", "fields": [
+        {"name": "value", "type": "int"},
+        {"name": "next", "type": ["null", "Node"]}]})
+    record = {"value": 1, "next": {"value": 2, "next": None}}
+    assert branch_tagger(schema)(record) is record
