@@ -24,7 +24,7 @@ Check = Callable[[Any], bool]
 
 _INT = (-(2**31), 2**31 - 1)
 _LONG = (-(2**63), 2**63 - 1)
-# Element types an array of this Avro type may hold for the cheap check to accept it.
+# Element types an array (or map values) of this Avro type may hold for the check to pass.
 _ITEM_TYPES = {"string": {str}, "boolean": {bool}, "bytes": {bytes}}
 # Arrays of numbers are checked by converting them to a C array of this type code.
 _TYPECODES = {"int": "i", "long": "q", "float": "d", "double": "d"}
@@ -127,9 +127,8 @@ def _checker(t: Any, named: dict, building: frozenset = frozenset()) -> Check | 
             return None
         return lambda v: (type(v) is dict and set(map(type, v)) <= {str}
                           and set(map(type, v.values())) <= allowed)
-    if isinstance(kind, (str, list, dict)) and kind not in ("fixed",):
-        return _checker(kind, named, building)
-    return None
+    # {"type": "long", "logicalType": ...} and the like; fixed and unknown kinds get None.
+    return None if kind is None else _checker(kind, named, building)
 
 
 def _record_branch(union: list, named: dict) -> dict | None:
