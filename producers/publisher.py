@@ -142,8 +142,8 @@ class Publisher:
         # While callers publish, they serve the delivery reports (produce, then now and then
         # poll(0)), a batch at a time. Served by the background thread instead, each report
         # made that thread take the GIL from the caller mid-work: bench.producer went from
-        # 8.0k to 9.3-9.9k spans/s once callers served them. Not on every call: that added ~10 us to the
-        # median traced call (bench.tracer).
+        # 8.0k to 9.3-9.9k spans/s once callers served them. Not on every call: that added
+        # ~10 us to the median traced call (bench.tracer).
         if poll:
             producer.poll(0)
 

@@ -29,7 +29,7 @@ class SchemaVersion:
     parsed: dict
     fingerprint: bytes  # 8 bytes, little-endian, as single-object encoding writes it
     # Names the record branch of unions for fastavro (schemas/unions.py): same bytes, faster.
-    tag_unions: Callable[[dict], dict] = field(default=lambda record: record, repr=False)
+    tag_unions: Callable[[dict], dict] = field(repr=False)
 
     @property
     def header(self) -> bytes:

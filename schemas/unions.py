@@ -131,6 +131,10 @@ def _checker(t: Any, named: dict, building: frozenset = frozenset()) -> Check | 
     return None if kind is None else _checker(kind, named, building)
 
 
+def _passes(value: Any) -> bool:
+    return True
+
+
 def _record_branch(union: list, named: dict) -> dict | None:
     """The one record of a union like ["null", Rec], or None."""
     records = [named.get(b, b) if isinstance(b, str) else b for b in union]
@@ -138,9 +142,11 @@ def _record_branch(union: list, named: dict) -> dict | None:
     return records[0] if len(records) == 1 else None
 
 
-def branch_tagger(schema: dict, named: dict | None = None) -> Callable[[Any], Any]:
+def branch_tagger(schema: dict, named: dict | None = None,
+                  checked: bool = False) -> Callable[[Any], Any]:
     """For a parsed record schema: a function giving a record with its record unions named
-    (a shallow copy), or the record itself where there is nothing to name."""
+    (a shallow copy), or the record itself where there is nothing to name. `checked`: the
+    records it will get passed their check already, nested values included."""
     named = {} if named is None else named
     _checker(schema, named)  # registers every named type, wherever it is first defined
     tagged = []
@@ -151,7 +157,9 @@ def branch_tagger(schema: dict, named: dict | None = None) -> Callable[[Any], An
         branch = _record_branch(t, named)
         check = branch and _checker(branch, named)
         if check:
-            tagged.append((f["name"], branch["name"], check, branch_tagger(branch, named)))
+            # The check of a value covers its nested unions, so the inner tagger needn't.
+            inner = branch_tagger(branch, named, checked=True)
+            tagged.append((f["name"], branch["name"], _passes if checked else check, inner))
     if not tagged:
         return lambda record: record
 
