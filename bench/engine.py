@@ -19,7 +19,7 @@ import httpx
 import torch
 
 from infra import processes
-from serving.config import EngineSettings
+from tracetrain.settings.serving import EngineSettings
 from serving.engine.server import make_server
 from tracetrain.settings import load_settings
 

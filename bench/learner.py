@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from infra import mlflow_server, processes
-from infra.config import MlflowSettings
+from tracetrain.settings.infra import MlflowSettings
 from learner.advantages import BatchAdvantage
 from learner.checkpoints import CheckpointStore
 from learner.trainer import LORA_TARGETS, PolicyTrainer

@@ -25,8 +25,8 @@ from pathlib import Path
 import httpx
 
 from infra import mlflow_server, processes
-from infra.config import MlflowSettings
-from serving.config import EngineSettings, ReloaderSettings
+from tracetrain.settings.infra import MlflowSettings
+from tracetrain.settings.serving import EngineSettings, ReloaderSettings
 from serving.engine.server import make_server
 from serving.reloader import Reloader
 from tracetrain.base_model import resolve_base_model

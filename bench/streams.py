@@ -32,7 +32,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bench.gateway import cpu_seconds
 from infra import processes, topics
-from infra.config import KafkaSettings, TopicSettings
+from tracetrain.settings.infra import KafkaSettings, TopicSettings
 from infra.kafka import broker
 from schemas import Codec
 from streams.process import settings_env, start_worker

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 
 from infra import processes
-from infra.config import MlflowSettings
+from tracetrain.settings.infra import MlflowSettings
 from tracetrain.errors import InfraError
 
 NAME = "mlflow"

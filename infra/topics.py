@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from infra.config import TopicSettings
+from tracetrain.settings.infra import TopicSettings
 from tracetrain.errors import ConfigError, InfraError
 
 CO_PARTITIONED = ("spans", "rewards", "air")

@@ -16,7 +16,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from learner.config import LearnerSettings
+from tracetrain.settings.learner import LearnerSettings
 
 _EPS = 1e-4
 

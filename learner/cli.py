@@ -75,7 +75,7 @@ def _apply(settings, mode: str | None, lr: float | None, seed: int | None):
     update = {k: v for k, v in {"mode": mode, "lr": lr, "seed": seed}.items() if v is not None}
     if not update:
         return settings
-    from learner.config import LearnerSettings
+    from tracetrain.settings.learner import LearnerSettings
 
     section = LearnerSettings.model_validate({**settings.learner.model_dump(), **update})
     return settings.model_copy(update={"learner": section})
@@ -187,7 +187,7 @@ def _streams_update(settings, credit: str | None, gamma: float | None, rules: li
     """The streams settings a spans replay changes, validated now (not in the worker)."""
     from pydantic import ValidationError
 
-    from streams.config import AirRuleSettings, StreamsSettings
+    from tracetrain.settings.streams import AirRuleSettings, StreamsSettings
 
     air = settings.streams.air_rules.model_dump()
     for rule in rules:

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from learner import lm_head
-from learner.config import LearnerSettings
+from tracetrain.settings.learner import LearnerSettings
 from learner.errors import LearnerError
 
 

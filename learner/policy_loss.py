@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from learner import lm_head
-from learner.config import LearnerSettings
+from tracetrain.settings.learner import LearnerSettings
 
 
 def build_grpo_trainer(model, tokenizer, learner: LearnerSettings, work_dir: Path, peft_config=None):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 
-from streams.config import AirRuleSettings
+from tracetrain.settings.streams import AirRuleSettings
 
 JSON_FORMATS = {"json", "json_object", "json_schema"}
 

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from streams.config import StreamsSettings
+from tracetrain.settings.streams import StreamsSettings
 
 Verdict = Literal["keep", "skip", "no token ids"]
 NO_TOKEN_IDS = "no token ids"

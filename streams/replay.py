@@ -60,8 +60,8 @@ def replay_settings(settings: Settings, experiment: str, streams_update: dict) -
     group and state folder, and the streams settings with `streams_update` applied."""
     from pydantic import ValidationError
 
-    from infra.config import TopicSettings
-    from streams.config import StreamsSettings
+    from tracetrain.settings.infra import TopicSettings
+    from tracetrain.settings.streams import StreamsSettings
 
     prefix = f"{settings.topics.prefix}-replay-{experiment}"
     try:  # validated (model_copy is not): the prefix check is TopicSettings' own

@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from streams.config import StreamsSettings
+from tracetrain.settings.streams import StreamsSettings
 from streams.credit import assign
 from streams.rollout import transition_id
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from infra import processes, topics
-from infra.config import KafkaSettings, TopicSettings
+from tracetrain.settings.infra import KafkaSettings, TopicSettings
 from infra.kafka import broker
 from tracetrain.settings import Settings, load_settings
 
@@ -85,7 +85,7 @@ def base_model_dir() -> Path:
 def mlflow_server(tt_home):
     """A real `mlflow server` (SQLite, local artifacts) on a free port for the session."""
     from infra import mlflow_server as server
-    from infra.config import MlflowSettings
+    from tracetrain.settings.infra import MlflowSettings
 
     mlflow = MlflowSettings(port=processes.free_port())
     home = tt_home / "session-mlflow"

@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 from infra import processes
-from infra.config import KafkaSettings
+from tracetrain.settings.infra import KafkaSettings
 from tracetrain.errors import InfraError
 
 LIB_DIR = Path(__file__).parent / "lib"

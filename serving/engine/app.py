@@ -18,7 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from serving.config import EngineSettings
+from tracetrain.settings.serving import EngineSettings
 from serving.engine import requests as shape
 from serving.engine.batcher import Batcher
 from serving.engine.decode import GenRequest, GenResult

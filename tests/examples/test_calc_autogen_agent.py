@@ -19,7 +19,7 @@ from producers.gateway.fixed_upstream import ServerThread
 from producers.publisher import Publisher
 from producers.tracer import Tracer
 from serving import services
-from serving.config import EngineSettings
+from tracetrain.settings.serving import EngineSettings
 from tracetrain.settings import load_settings
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from infra import processes, topics
-from infra.config import KafkaSettings, TopicSettings
+from tracetrain.settings.infra import KafkaSettings, TopicSettings
 from infra.kafka import broker
 from schemas import Codec
 from tracetrain.errors import ConfigError, InfraError

@@ -17,7 +17,7 @@ import torch
 from learner_helpers import learner_settings, make_transition, produce
 
 from infra import topics
-from infra.config import TopicSettings
+from tracetrain.settings.infra import TopicSettings
 from learner.checkpoints import CheckpointStore
 from learner.loop import run_learner
 from learner.replay import replay

@@ -11,7 +11,7 @@ import json
 import sys
 import time
 
-from infra.config import KafkaSettings, TopicSettings
+from tracetrain.settings.infra import KafkaSettings, TopicSettings
 from producers.publisher import Publisher
 from producers.records import new_span
 from tracetrain.settings import load_settings

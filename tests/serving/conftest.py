@@ -10,7 +10,7 @@ import pytest
 
 from infra import processes
 from serving import services
-from serving.config import EngineSettings
+from tracetrain.settings.serving import EngineSettings
 from tracetrain.settings import load_settings
 
 

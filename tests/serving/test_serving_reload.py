@@ -12,9 +12,9 @@ import pytest
 from conftest import engine_settings, make_adapters, policy_info, register_version
 
 from infra import processes
-from infra.config import MlflowSettings
+from tracetrain.settings.infra import MlflowSettings
 from serving import services
-from serving.config import ReloaderSettings
+from tracetrain.settings.serving import ReloaderSettings
 from serving.reloader import Reloader
 
 pytestmark = pytest.mark.mlflow

@@ -13,8 +13,8 @@ import pytest
 from conftest import make_adapters, register_version
 
 from infra import processes
-from infra.config import MlflowSettings
-from serving.config import EngineSettings, ReloaderSettings
+from tracetrain.settings.infra import MlflowSettings
+from tracetrain.settings.serving import EngineSettings, ReloaderSettings
 from serving.reloader import Reloader
 from serving.vllm import vllm_argv, vllm_env
 from tracetrain.settings import load_settings

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from streams.air_rules import AirRules
-from streams.config import AirRuleSettings
+from tracetrain.settings.streams import AirRuleSettings
 
 
 def tool_span(**kw):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from streams.cleaning import NO_TOKEN_IDS, Selector
-from streams.config import StreamsSettings
+from tracetrain.settings.streams import StreamsSettings
 
 
 def span(agent="Writer", model="smollm2", policy="sql-policy", kind="llm", tokens=True):

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from streams.air_rules import AirRules
 from streams.cleaning import Selector
-from streams.config import StreamsSettings
+from tracetrain.settings.streams import StreamsSettings
 from streams.rollout import DUPLICATE, EXTRA_FINAL, LATE, Rollout
 from streams.workload import generate, reference, rollout_events
 

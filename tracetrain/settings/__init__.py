@@ -2,8 +2,11 @@
 
 Sources, later ones winning: defaults, a TOML file (`tracetrain.toml` in the working directory,
 or the path in `TRACETRAIN_CONFIG`), environment variables `TRACETRAIN_*`. Sections nest with a
-double underscore: `TRACETRAIN_KAFKA__PORT=9092`, `TRACETRAIN_TOPICS__PARTITIONS=8`. Each stage
-defines its own section in `STAGE/config.py`; this module only assembles them.
+double underscore: `TRACETRAIN_KAFKA__PORT=9092`, `TRACETRAIN_TOPICS__PARTITIONS=8`.
+
+Each stage's section lives beside this module (`tracetrain/settings/STAGE.py`), in the core, so
+that the core imports no stage; a stage takes its own section, and only process entry points
+see the whole `Settings`.
 """
 
 from __future__ import annotations
@@ -22,11 +25,11 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from infra.config import KafkaSettings, MlflowSettings, SchemaRegistrySettings, TopicSettings
-from learner.config import LearnerSettings
-from producers.config import GatewaySettings, PublisherSettings
-from serving.config import EngineSettings, ReloaderSettings
-from streams.config import StreamsSettings
+from tracetrain.settings.infra import KafkaSettings, MlflowSettings, SchemaRegistrySettings, TopicSettings
+from tracetrain.settings.learner import LearnerSettings
+from tracetrain.settings.producers import GatewaySettings, PublisherSettings
+from tracetrain.settings.serving import EngineSettings, ReloaderSettings
+from tracetrain.settings.streams import StreamsSettings
 from tracetrain.errors import ConfigError
 
 ENV_PREFIX = "TRACETRAIN_"
