@@ -19,9 +19,9 @@ import httpx
 import torch
 
 from infra import processes
-from tracetrain.settings.serving import EngineSettings
 from serving.engine.server import make_server
 from tracetrain.settings import load_settings
+from tracetrain.settings.serving import EngineSettings
 
 PROMPTS = ["What is the capital of France?", "Name three colours.", "What is 12 plus 7?",
            "Write a haiku about rain.", "Say hello in Spanish.", "What is a prime number?",

@@ -24,8 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 
 from bench.producer import temp_broker, with_topics
-from infra import processes
-from producers.gateway.server import start_detached
+from infra import processes, services
+from producers.service import GATEWAY
 
 BODY = {"model": "fixed-model", "messages": [{"role": "user", "content": "Say hello"}]}
 
@@ -58,7 +58,7 @@ def main() -> None:
                                  "fixed upstream", log=upstream.log)
             gw = settings.gateway.model_copy(update={
                 "port": processes.free_port(), "upstream_url": f"http://127.0.0.1:{up_port}/v1"})
-            gateway = start_detached(settings.model_copy(update={"gateway": gw}))
+            gateway = services.start(settings.model_copy(update={"gateway": gw}), GATEWAY)
             direct_url = f"http://127.0.0.1:{up_port}/v1/chat/completions"
             gw_url = f"http://127.0.0.1:{gw.port}/v1/chat/completions"
             direct, via = [], []

@@ -23,12 +23,12 @@ from pathlib import Path
 import torch
 
 from infra import mlflow_server, processes
-from tracetrain.settings.infra import MlflowSettings
 from learner.advantages import BatchAdvantage
 from learner.checkpoints import CheckpointStore
 from learner.trainer import LORA_TARGETS, PolicyTrainer
 from tracetrain.base_model import DEFAULT_MODEL, resolve_base_model
 from tracetrain.settings import load_settings
+from tracetrain.settings.infra import MlflowSettings
 
 
 def transitions(batch: int, tokens: int) -> list[dict]:

@@ -31,12 +31,12 @@ from confluent_kafka import Producer
 from fastavro import parse_schema, schemaless_writer
 
 from infra import processes, topics
-from tracetrain.settings.infra import KafkaSettings, TopicSettings
 from infra.kafka import broker
 from producers.publisher import Publisher, producer_config
 from producers.records import llm_part, new_span
 from schemas import Codec
 from tracetrain.settings import Settings, load_settings
+from tracetrain.settings.infra import KafkaSettings, TopicSettings
 
 
 @contextmanager

@@ -25,12 +25,12 @@ from pathlib import Path
 import httpx
 
 from infra import mlflow_server, processes
-from tracetrain.settings.infra import MlflowSettings
-from tracetrain.settings.serving import EngineSettings, ReloaderSettings
 from serving.engine.server import make_server
 from serving.reloader import Reloader
 from tracetrain.base_model import resolve_base_model
 from tracetrain.settings import load_settings
+from tracetrain.settings.infra import MlflowSettings
+from tracetrain.settings.serving import EngineSettings, ReloaderSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "serving"))
 from conftest import make_adapters, register_version  # noqa: E402 (the tests' real helpers)

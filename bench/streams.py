@@ -31,13 +31,13 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bench.gateway import cpu_seconds
-from infra import processes, topics
-from tracetrain.settings.infra import KafkaSettings, TopicSettings
+from infra import processes, services, topics
 from infra.kafka import broker
 from schemas import Codec
-from streams.process import settings_env, start_worker
+from streams.service import STREAMS
 from streams.workload import generate, interleave
-from tracetrain.settings import Settings, load_settings
+from tracetrain.settings import Settings, load_settings, settings_env
+from tracetrain.settings.infra import KafkaSettings, TopicSettings
 
 
 def passthrough_worker() -> None:
@@ -170,7 +170,7 @@ def main() -> None:
         ours = _settings(base, kafka, home, "bench-ours")
         prod = _producer(ours)
         reader = _reader(ours, ours.topics.transitions)
-        worker = start_worker(ours, name="bench-streams", wait=False)
+        worker = services.start(ours, STREAMS, instance="bench-streams", wait=False)
         try:
             seconds, our_cpu = _timed_backlog(prod, _encoded(codec, ours, events), reader,
                                               _encoded(codec, ours, warm), llm_calls(warm_rollouts),

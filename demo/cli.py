@@ -101,8 +101,3 @@ def eval_command(
                                          threads=threads, console=Console(stderr=True))
     result = evaluate.EvalResult(task, label, len(rewards), sum(rewards) / max(1, len(rewards)), rewards)
     typer.echo(json.dumps(result.summary()))
-
-
-def register(app: typer.Typer) -> None:
-    app.command("demo")(demo)
-    app.command("eval")(eval_command)

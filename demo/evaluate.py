@@ -17,9 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from infra import processes
+from infra import processes, services
 from serving.reloader import Reloader
-from serving.services import start_engine
+from serving.service import ENGINE
 from tracetrain.errors import TracetrainError
 from tracetrain.settings import Settings
 
@@ -95,7 +95,7 @@ def own_engine(settings: Settings, version: int | None = None, alias: str | None
     reloader_cfg = settings.reloader.model_copy(update={"engine_url": url, **(
         {"alias": alias} if alias else {})})
     settings = settings.model_copy(update={"engine": engine, "reloader": reloader_cfg})
-    record = start_engine(settings, name=f"{name}-{port}")
+    record = services.start(settings, ENGINE, instance=f"{name}-{port}")
     try:
         label = "base"
         if version is not None or alias is not None:
@@ -111,4 +111,4 @@ def own_engine(settings: Settings, version: int | None = None, alias: str | None
                 label = str(target.version)
         yield f"{url}/v1", label
     finally:
-        processes.stop(settings.home_dir, record.name, timeout_s=10)
+        services.stop(settings, record.name, timeout_s=10)

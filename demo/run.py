@@ -31,12 +31,9 @@ from demo.monitor import HeldOut, Monitor
 from demo.tasks import Task, get_task
 from demo.traffic import Traffic
 from examples.calc import agent as calc_agent
-from infra import mlflow_server, processes, topics
+from infra import mlflow_server, processes, services, stack, topics
 from infra.kafka import broker
-from learner.cli import start_service as start_learner
-from producers.gateway.server import start_detached as start_gateway
-from serving import services
-from streams.process import start_worker
+from serving.service import engine_url
 from tracetrain.errors import TracetrainError
 from tracetrain.settings import Settings
 
@@ -74,7 +71,7 @@ def demo_settings(settings: Settings, opts: DemoOptions, task: Task, run_id: str
         "registered_model": f"demo-{task.name}-{run_id}"})
     topic_cfg = settings.topics.model_copy(update={"prefix": f"{settings.topics.prefix}-demo-{run_id}"})
     gateway = settings.gateway.model_copy(update={
-        "upstream_url": f"{services.engine_url(settings)}/v1"})
+        "upstream_url": f"{engine_url(settings)}/v1"})
     return settings.model_copy(update={"learner": learner, "engine": engine, "streams": streams, "mlflow": mlflow,
                                        "topics": topic_cfg, "gateway": gateway})
 
@@ -95,39 +92,37 @@ class DemoRun:
         self.folder = self.settings.home_dir / "demo" / self.run_id
         self.folder.mkdir(parents=True, exist_ok=True)
         self.started: list[str] = []  # process names this run started, stopped at the end
-        self.engine_url = services.engine_url(self.settings)
+        self.engine_url = engine_url(self.settings)
         self.heldout_problems = self.task.problems(opts.n_eval, evaluate.HELD_OUT_SEED, self.folder)
 
     # -- the stack ----------------------------------------------------------------------------
     def _say(self, text: str) -> None:
         self.console.print(f"[bold cyan]demo[/] {text}")
 
-    def _start(self, what: str, starter) -> None:
+    def _up(self, what: str, name: str) -> None:
         self._say(f"starting {what} ...")
-        records = starter()
-        for record in records if isinstance(records, list) else [records]:
-            self.started.append(record.name)
+        self.started += [record.name for record in stack.up(self.settings, [name])]
 
     def bring_up(self) -> None:
-        s, home = self.settings, self.settings.home_dir
+        """Kafka and MLflow are reused when this state folder (or settings) already has them;
+        everything is started through `infra.stack.up`, as `tracetrain up` does."""
+        s = self.settings
         if processes.port_in_use("127.0.0.1", s.kafka.port) or s.kafka.bootstrap_servers != \
                 broker.bootstrap(s.kafka, s.kafka.brokers):
             self._say(f"reusing the running Kafka at {s.kafka.bootstrap_servers}")
+            topics.create_topics(s.kafka.bootstrap_servers, s.topics)
         else:
-            self._start("Kafka (KRaft, loopback)", lambda: broker.start(home, s.kafka))
-        topics.create_topics(s.kafka.bootstrap_servers, s.topics)
+            self._up("Kafka (KRaft, loopback)", "kafka")  # creates this run's topics too
         if s.mlflow.tracking_uri or mlflow_server.is_healthy(s.mlflow):
             self._say(f"reusing the MLflow server at {s.mlflow.uri}")
         else:
-            self._start("the MLflow server", lambda: mlflow_server.start(home, s.mlflow))
-        self._start("the engine (base model)", lambda: services.start_engine(s))
+            self._up("the MLflow server", "mlflow")
+        self._up("the engine (base model)", "engine")
 
     def start_pipeline(self) -> None:
-        s = self.settings
-        self._start("the Faust worker", lambda: start_worker(s))
-        self._start("the gateway", lambda: start_gateway(s))
-        self._start("the learner", lambda: start_learner(s))
-        self._start("the reloader", lambda: services.start_reloader(s))
+        for what, name in (("the Faust worker", "streams"), ("the gateway", "gateway"),
+                           ("the learner", "learner"), ("the reloader", "reloader")):
+            self._up(what, name)
 
     def _check_alive(self) -> None:
         """A process of the loop that died ends the demo with its log, not a frozen dashboard."""
@@ -137,12 +132,10 @@ class DemoRun:
                 raise TracetrainError(f"{name} exited during the demo; see {record.log}")
 
     def stop_all(self) -> None:
-        home = self.settings.home_dir
-        for name in reversed(self.started):  # stages first, then MLflow, then Kafka
-            if name == mlflow_server.NAME:
-                mlflow_server.stop(home)
-            else:
-                processes.stop(home, name, timeout_s=30 if name == "learner" else 10)
+        # Stages first, then MLflow, then Kafka; only what this run started (a reused Kafka
+        # or MLflow stays up). The learner gets time to register its last steps.
+        for name in reversed(self.started):
+            services.stop(self.settings, name, timeout_s=30 if name == "learner" else 10)
 
     # -- evaluation ---------------------------------------------------------------------------
     def base_accuracy(self) -> tuple[float, bool]:
@@ -224,7 +217,7 @@ class DemoRun:
                 self._say("stopped early by Ctrl-C; evaluating what was learned so far")
             stop.set()
             traffic.close()
-            processes.stop(s.home_dir, "learner", timeout_s=60)  # registers its last steps
+            services.stop(s, "learner", timeout_s=60)  # registers its last steps
             self._serve_last_version(monitor)
             final_version = monitor.snapshot.policy_version
             rewards = evaluate.with_progress(self.task, self.heldout_problems, f"{self.engine_url}/v1",

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from infra import processes, stack, topics
+from infra import mlflow_server, processes, stack, topics
 from infra.kafka import broker
 from tracetrain.settings import get_settings
 
@@ -73,10 +73,12 @@ def topics_list() -> None:
 def up(
     brokers: int = typer.Option(None, help="1 or 3 Kafka brokers."),
     services: str = typer.Option(
-        "kafka,mlflow", help="Comma-separated: kafka, mlflow and any stage service registered."
+        "kafka,mlflow", help="Comma-separated, started in this order after Kafka and MLflow: "
+        f"{', '.join(stack.PLATFORM + tuple(stack.SERVICES))}."
     ),
 ) -> None:
-    """Start the local stack detached: Kafka, topics, MLflow (and the named services)."""
+    """Start the local stack detached: Kafka, topics, MLflow (and the named services), each
+    waited for until healthy; `tracetrain status` shows them, `tracetrain down` stops them."""
     settings = get_settings()
     for record in stack.up(settings, [s.strip() for s in services.split(",") if s.strip()],
                            brokers=brokers):
@@ -103,7 +105,9 @@ def status() -> None:
         console.print(f"nothing is running from {settings.home_dir}")
         return
     console.print(table)
-    console.print(f"MLflow UI: {settings.mlflow.uri}")
+    # Only an MLflow that runs: `up --services kafka,engine` starts none.
+    if settings.mlflow.tracking_uri or any(r.name == mlflow_server.NAME for r in records):
+        console.print(f"MLflow UI: {settings.mlflow.uri}")
 
 
 def smoke(spans: int = typer.Option(5, help="Spans to publish and read back.")) -> None:
@@ -113,13 +117,3 @@ def smoke(spans: int = typer.Option(5, help="Spans to publish and read back.")) 
     found = smoke.run(get_settings(), spans, console, status)
     if found != spans:
         raise typer.Exit(1)
-
-
-def register(app: typer.Typer) -> None:
-    app.command("smoke")(smoke)
-    app.add_typer(kafka_app, name="kafka")
-    app.add_typer(topics_app, name="topics")
-    app.command("up")(up)
-    app.command("down")(down)
-    app.command("status")(status)
-

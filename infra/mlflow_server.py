@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 
 from infra import processes
-from tracetrain.settings.infra import MlflowSettings
 from tracetrain.errors import InfraError
+from tracetrain.settings.infra import MlflowSettings
 
 NAME = "mlflow"
 

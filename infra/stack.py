@@ -1,38 +1,51 @@
-"""Bring the whole local stack up and down. Stages add their long-running processes to
-`SERVICES` (name -> starter) so that `tracetrain up --services ...` and the demo can start them."""
+"""The local stack: every service the pipeline runs, listed once, and `up`/`down` over them.
+
+Kafka and MLflow are the platform (started by `infra/kafka/broker.py` and
+`infra/mlflow_server.py`); every stage's process is declared in its own `STAGE/service.py`
+and started by the one spawner, `infra.services.start`. This module sits above the stages:
+it is the one place that knows them all (with the CLI and the demo).
+"""
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
 
-from infra import mlflow_server, processes, topics
+from infra import mlflow_server, processes, services, topics
 from infra.kafka import broker
+from learner.service import LEARNER
+from producers.service import GATEWAY
+from serving.service import ENGINE, RELOADER
+from streams.service import STREAMS
+from tracetrain.errors import InfraError
 from tracetrain.settings import Settings
 
-Starter = Callable[[Settings], processes.ProcessRecord]
-SERVICES: dict[str, Starter] = {}
+PLATFORM = ("kafka", "mlflow")
+# In the order data flows; `up` starts them in the order it is given.
+SERVICES: dict[str, services.Service] = {
+    s.name: s for s in (ENGINE, GATEWAY, STREAMS, LEARNER, RELOADER)}
 
 
-def register_service(name: str, starter: Starter) -> None:
-    SERVICES[name] = starter
-
-
-def up(settings: Settings, services: list[str], brokers: int | None = None) -> list[processes.ProcessRecord]:
-    home = settings.home_dir
-    unknown = [s for s in services if s not in ("kafka", "mlflow", *SERVICES)]
+def check_names(names: list[str]) -> None:
+    unknown = [n for n in names if n not in PLATFORM and n not in SERVICES]
     if unknown:
-        raise ValueError(f"unknown service(s) {unknown}; expected kafka, mlflow or one of {sorted(SERVICES)}")
+        raise InfraError(f"unknown service(s) {', '.join(map(repr, unknown))}; expected "
+                         f"{', '.join(PLATFORM)} or one of {', '.join(SERVICES)}")
+
+
+def up(settings: Settings, names: list[str], brokers: int | None = None) -> list[processes.ProcessRecord]:
+    """Start `names` (Kafka and its topics first, then MLflow, then the stages in order)."""
+    check_names(names)
+    home = settings.home_dir
     started: list[processes.ProcessRecord] = []
-    if "kafka" in services:
+    if "kafka" in names:
         started += broker.start(home, settings.kafka, brokers)
         topics.create_topics(broker.bootstrap(settings.kafka, brokers or settings.kafka.brokers),
                              settings.topics)
-    if "mlflow" in services:
+    if "mlflow" in names:
         started.append(mlflow_server.start(home, settings.mlflow))
-    for name in services:
+    for name in names:
         if name in SERVICES:
-            started.append(SERVICES[name](settings))
+            started.append(services.start(settings, SERVICES[name]))
     return started
 
 

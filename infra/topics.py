@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tracetrain.settings.infra import TopicSettings
 from tracetrain.errors import ConfigError, InfraError
+from tracetrain.settings.infra import TopicSettings
 
 CO_PARTITIONED = ("spans", "rewards", "air")
 ALL_TOPICS = ("spans", "rewards", "air", "transitions", "checkpoints", "dlq")

@@ -1,5 +1,5 @@
-"""`tracetrain learner` (the continuous trainer) and `tracetrain replay` (retrain from history);
-`register` adds them to the main app; the `learner` stack service runs the first detached.
+"""`tracetrain learner` (the continuous trainer) and `tracetrain replay` (retrain from history).
+`learner/service.py` declares the learner's detached form (`tracetrain up --services learner`).
 
     tracetrain learner --max-steps 100
     tracetrain replay --topic transitions --from 0 --experiment retry-lr --lr 5e-4
@@ -13,24 +13,8 @@ import signal
 import sys
 import threading
 import time
-from pathlib import Path
 
 import typer
-
-from infra import processes
-from infra.stack import register_service
-from tracetrain.settings import settings_env
-
-
-def start_service(settings) -> processes.ProcessRecord:
-    """Run `tracetrain learner` detached (`tracetrain up --services learner`, the demo)."""
-    argv = [sys.executable, "-m", "tracetrain.cli", "learner"]
-    return processes.spawn(settings.home_dir, "learner", argv, address="-",
-                           env=settings_env(settings),
-                           cwd=Path.cwd())
-
-
-register_service("learner", start_service)
 
 
 class _Progress:
@@ -88,87 +72,82 @@ def _report(result, started: float) -> None:
     typer.echo(json.dumps(out))
 
 
-def register(app: typer.Typer) -> None:
-    """Add this stage's commands to the `tracetrain` app."""
+def learner(
+    max_steps: int = typer.Option(None, help="Stop after this many training steps."),
+    until_step: int = typer.Option(None, help="Stop once the policy reached this step "
+                                   "(counting steps of the checkpoint it resumed from)."),
+    max_seconds: float = typer.Option(None, help="Stop after this many seconds."),
+    experiment: str = typer.Option(None, help="MLflow experiment (default: settings)."),
+    mode: str = typer.Option(None, help="rl, sft or kto (default: settings)."),
+) -> None:
+    """Train continuously from the transitions topic: micro-batches, TRL step, checkpoints
+    registered in MLflow (alias `latest`), offsets committed after registration. Resumes
+    from the experiment's newest checkpoint."""
+    from learner.loop import run_learner
+    from tracetrain.settings import get_settings
 
-    @app.command("learner")
-    def learner(
-        max_steps: int = typer.Option(None, help="Stop after this many training steps."),
-        until_step: int = typer.Option(None, help="Stop once the policy reached this step "
-                                       "(counting steps of the checkpoint it resumed from)."),
-        max_seconds: float = typer.Option(None, help="Stop after this many seconds."),
-        experiment: str = typer.Option(None, help="MLflow experiment (default: settings)."),
-        mode: str = typer.Option(None, help="rl, sft or kto (default: settings)."),
-    ) -> None:
-        """Train continuously from the transitions topic: micro-batches, TRL step, checkpoints
-        registered in MLflow (alias `latest`), offsets committed after registration. Resumes
-        from the experiment's newest checkpoint."""
-        from learner.loop import run_learner
-        from tracetrain.settings import get_settings
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    settings = _apply(get_settings(), mode, None, None)
+    started = time.time()
+    # SIGTERM (`tracetrain down`, the demo's stop) ends the loop between batches, so the
+    # last steps are checkpointed and registered instead of lost.
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with _Progress(max_steps) as progress:
+        result = run_learner(settings, experiment=experiment, max_steps=max_steps,
+                             until_step=until_step, max_seconds=max_seconds,
+                             on_step=progress, stop=stop)
+    _report(result, started)
 
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-        settings = _apply(get_settings(), mode, None, None)
-        started = time.time()
-        # SIGTERM (`tracetrain down`, the demo's stop) ends the loop between batches, so the
-        # last steps are checkpointed and registered instead of lost.
-        stop = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+def replay(
+    topic: str = typer.Option("transitions", help="`transitions` (or a full topic name); "
+                              "`spans` re-runs stream processing first."),
+    start: str = typer.Option(..., "--from", help="Offset (digits) or ISO 8601 timestamp."),
+    end: str = typer.Option(None, "--to", help="Offset or timestamp (default: the end now)."),
+    experiment: str = typer.Option(..., help="The new MLflow experiment to train into."),
+    mode: str = typer.Option(None, help="rl, sft or kto (default: settings)."),
+    lr: float = typer.Option(None, help="Learning rate (default: settings)."),
+    seed: int = typer.Option(None, help="Seed (default: settings); same seed, same model."),
+    max_steps: int = typer.Option(None, help="Stop after this many steps."),
+    credit: str = typer.Option(None, help="--topic spans: credit assignment, identical, air "
+                               "or discounted (default: settings.streams.credit)."),
+    gamma: float = typer.Option(None, help="--topic spans: discount of `discounted`."),
+    air_rule: list[str] = typer.Option(None, "--air-rule", help="--topic spans: NAME=VALUE "
+                                       "for an AIR rule (repeatable; 0 disables a rule), e.g. "
+                                       "tool_ok=0.2."),
+    no_train: bool = typer.Option(False, "--no-train", help="--topic spans: only rebuild the "
+                                  "transitions topic; print its name."),
+) -> None:
+    """Train a new experiment from a range of history with its own consumer group; the
+    live learner and its model's aliases are not touched. `--topic spans` first re-runs
+    the stream processing of that range with other reward shaping (--credit, --gamma,
+    --air-rule) into `<prefix>-replay-<experiment>.transitions`, then trains from it."""
+    from learner.replay import replay as run_replay
+    from learner.replay import replay_spans
+    from tracetrain.settings import get_settings
+
+    settings = _apply(get_settings(), mode, lr, seed)
+    shaping = {"credit": credit, "gamma": gamma, "air_rule": air_rule, "no_train": no_train}
+    if topic != "spans" and any(v not in (None, False, []) for v in shaping.values()):
+        raise typer.BadParameter("--credit, --gamma, --air-rule and --no-train re-shape "
+                                 "rewards: they need --topic spans", param_hint="--topic")
+    started = time.time()
+    if topic == "spans":
+        update = _streams_update(settings, credit, gamma, air_rule or [])
         with _Progress(max_steps) as progress:
-            result = run_learner(settings, experiment=experiment, max_steps=max_steps,
-                                 until_step=until_step, max_seconds=max_seconds,
-                                 on_step=progress, stop=stop)
-        _report(result, started)
-
-    @app.command("replay")
-    def replay(
-        topic: str = typer.Option("transitions", help="`transitions` (or a full topic name); "
-                                  "`spans` re-runs stream processing first."),
-        start: str = typer.Option(..., "--from", help="Offset (digits) or ISO 8601 timestamp."),
-        end: str = typer.Option(None, "--to", help="Offset or timestamp (default: the end now)."),
-        experiment: str = typer.Option(..., help="The new MLflow experiment to train into."),
-        mode: str = typer.Option(None, help="rl, sft or kto (default: settings)."),
-        lr: float = typer.Option(None, help="Learning rate (default: settings)."),
-        seed: int = typer.Option(None, help="Seed (default: settings); same seed, same model."),
-        max_steps: int = typer.Option(None, help="Stop after this many steps."),
-        credit: str = typer.Option(None, help="--topic spans: credit assignment, identical, air "
-                                   "or discounted (default: settings.streams.credit)."),
-        gamma: float = typer.Option(None, help="--topic spans: discount of `discounted`."),
-        air_rule: list[str] = typer.Option(None, "--air-rule", help="--topic spans: NAME=VALUE "
-                                           "for an AIR rule (repeatable; 0 disables a rule), e.g. "
-                                           "tool_ok=0.2."),
-        no_train: bool = typer.Option(False, "--no-train", help="--topic spans: only rebuild the "
-                                      "transitions topic; print its name."),
-    ) -> None:
-        """Train a new experiment from a range of history with its own consumer group; the
-        live learner and its model's aliases are not touched. `--topic spans` first re-runs
-        the stream processing of that range with other reward shaping (--credit, --gamma,
-        --air-rule) into `<prefix>-replay-<experiment>.transitions`, then trains from it."""
-        from learner.replay import replay as run_replay
-        from learner.replay import replay_spans
-        from tracetrain.settings import get_settings
-
-        settings = _apply(get_settings(), mode, lr, seed)
-        shaping = {"credit": credit, "gamma": gamma, "air_rule": air_rule, "no_train": no_train}
-        if topic != "spans" and any(v not in (None, False, []) for v in shaping.values()):
-            raise typer.BadParameter("--credit, --gamma, --air-rule and --no-train re-shape "
-                                     "rewards: they need --topic spans", param_hint="--topic")
-        started = time.time()
-        if topic == "spans":
-            update = _streams_update(settings, credit, gamma, air_rule or [])
-            with _Progress(max_steps) as progress:
-                rebuilt, result = replay_spans(
-                    settings, experiment=experiment, start=start, end=end, streams_update=update,
-                    train=not no_train, on_copy=_CopyCount(), max_steps=max_steps,
-                    on_step=progress)
-            typer.echo(json.dumps(rebuilt.summary()), err=result is not None)
-            if result is not None:
-                _report(result, started)
-            return
-        name = settings.topics.transitions if topic == "transitions" else topic
-        with _Progress(max_steps) as progress:
-            result = run_replay(settings, experiment=experiment, start=start, end=end,
-                                topic=name, max_steps=max_steps, on_step=progress)
-        _report(result, started)
+            rebuilt, result = replay_spans(
+                settings, experiment=experiment, start=start, end=end, streams_update=update,
+                train=not no_train, on_copy=_CopyCount(), max_steps=max_steps,
+                on_step=progress)
+        typer.echo(json.dumps(rebuilt.summary()), err=result is not None)
+        if result is not None:
+            _report(result, started)
+        return
+    name = settings.topics.transitions if topic == "transitions" else topic
+    with _Progress(max_steps) as progress:
+        result = run_replay(settings, experiment=experiment, start=start, end=end,
+                            topic=name, max_steps=max_steps, on_step=progress)
+    _report(result, started)
 
 
 class _CopyCount:

@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 
 from learner import lm_head
-from tracetrain.settings.learner import LearnerSettings
 from learner.errors import LearnerError
+from tracetrain.settings.learner import LearnerSettings
 
 
 def _common(learner: LearnerSettings, work_dir: Path) -> dict:

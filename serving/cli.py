@@ -3,7 +3,8 @@
     tracetrain engine [--backend embedded|vllm] [--port N]
     tracetrain reloader [--max-seconds S]
 
-Also registers `engine` and `reloader` as stack services for `tracetrain up --services`.
+Their detached forms (`tracetrain up --services engine,reloader`) are declared in
+`serving/service.py`.
 """
 
 from __future__ import annotations
@@ -11,9 +12,6 @@ from __future__ import annotations
 import logging
 
 import typer
-
-from infra.stack import register_service
-from serving import services
 
 
 def _settings(**engine_overrides):
@@ -58,13 +56,3 @@ def reloader(
     from serving.reloader import Reloader
 
     Reloader(_settings()).run(max_seconds=max_seconds, max_loads=max_loads)
-
-
-def register(app: typer.Typer) -> None:
-    """Add this stage's commands to the `tracetrain` app."""
-    app.command("engine")(engine)
-    app.command("reloader")(reloader)
-
-
-register_service(services.ENGINE, services.start_engine)
-register_service(services.RELOADER, services.start_reloader)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from serving.engine_client import EngineClient, EngineUnavailable
 from serving.errors import LoadError, ServingError
-from serving.services import engine_url
+from serving.service import engine_url
 from tracetrain.settings import Settings
 
 log = logging.getLogger("tracetrain.reloader")

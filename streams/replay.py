@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
-from infra import processes, topics
+from infra import processes, services, topics
 from streams.join import DERIVED
-from streams.process import start_worker
+from streams.service import STREAMS
 from tracetrain.errors import TracetrainError
 from tracetrain.settings import Settings
 
@@ -182,7 +182,7 @@ def join_history(result: Rebuilt, timeout_s: float = 1800.0) -> Rebuilt:
     """Step 2: a worker on the replay topics until every input record is read and every
     rollout closed; its counts into `result`."""
     replay = result.settings
-    record = start_worker(replay, name=f"streams-replay-{replay.topics.prefix}")
+    record = services.start(replay, STREAMS, instance=f"streams-replay-{replay.topics.prefix}")
     inputs = 3 * topics.planned_partitions(replay.topics)["spans"]  # lag gauges: spans, rewards, air
     deadline = time.monotonic() + timeout_s
     try:

@@ -13,9 +13,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from tracetrain.settings.streams import StreamsSettings
 from streams.credit import assign
 from streams.rollout import transition_id
+from tracetrain.settings.streams import StreamsSettings
 
 TOOL_OUTCOMES = ("tool_ok", "tool_raised", "tool_timeout")
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from infra import processes, topics
-from tracetrain.settings.infra import KafkaSettings, TopicSettings
 from infra.kafka import broker
 from tracetrain.settings import Settings, load_settings
+from tracetrain.settings.infra import KafkaSettings, TopicSettings
 
 
 @pytest.fixture(scope="session")

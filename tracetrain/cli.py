@@ -2,10 +2,9 @@
 
     tracetrain --help
 
-The local stack (kafka, topics, up, down, status) is defined in `infra/cli.py`; each stage
-adds its own commands from `STAGE/cli.py` (gateway, streams, learner, engine, reloader, ...);
-the closed loop (demo, eval) is `demo/cli.py`.
-Settings are built once here, at process start, and invalid ones fail before anything runs.
+This module is the process entry point, the one place above every stage: it lists each
+command explicitly, with the module that holds it. Settings are built once by the command
+that runs, at process start, and invalid ones fail before anything runs.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ import sys
 import typer
 
 from demo import cli as demo_cli
-from infra import cli as infra_cli
+from infra import cli as stack_cli
 from learner import cli as learner_cli
 from producers import cli as producers_cli
 from serving import cli as serving_cli
@@ -30,8 +29,23 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-for stage in (infra_cli, producers_cli, streams_cli, learner_cli, serving_cli, demo_cli):
-    stage.register(app)
+# The local stack (infra/cli.py)
+app.command("up")(stack_cli.up)
+app.command("down")(stack_cli.down)
+app.command("status")(stack_cli.status)
+app.command("smoke")(stack_cli.smoke)
+app.add_typer(stack_cli.kafka_app, name="kafka")
+app.add_typer(stack_cli.topics_app, name="topics")
+# One command per pipeline stage, in the order data flows
+app.command("gateway")(producers_cli.gateway)
+app.command("streams")(streams_cli.streams)
+app.command("learner")(learner_cli.learner)
+app.command("replay")(learner_cli.replay)
+app.command("engine")(serving_cli.engine)
+app.command("reloader")(serving_cli.reloader)
+# The closed loop (demo/cli.py)
+app.command("demo")(demo_cli.demo)
+app.command("eval")(demo_cli.eval_command)
 
 
 def main() -> None:

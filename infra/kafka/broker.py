@@ -16,8 +16,8 @@ import subprocess
 from pathlib import Path
 
 from infra import processes
-from tracetrain.settings.infra import KafkaSettings
 from tracetrain.errors import InfraError
+from tracetrain.settings.infra import KafkaSettings
 
 LIB_DIR = Path(__file__).parent / "lib"
 POM = Path(__file__).parent / "pom.xml"

@@ -1,9 +1,8 @@
-"""python -m serving.engine: the embedded engine with settings from the environment."""
+"""`python -m serving.engine`: the same engine as `tracetrain engine`, settings from the
+environment."""
 
-import logging
+import typer
 
-from serving.engine.server import serve
-from tracetrain.settings import load_settings
+from serving.cli import engine
 
-logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-serve(load_settings())
+typer.run(engine)

@@ -18,13 +18,13 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from tracetrain.settings.serving import EngineSettings
 from serving.engine import requests as shape
 from serving.engine.batcher import Batcher
 from serving.engine.decode import GenRequest, GenResult
 from serving.engine.policy import Policy
 from serving.engine.prompts import chat_prompt_ids, parse_tool_calls
 from serving.errors import BadRequest, LoadError
+from tracetrain.settings.serving import EngineSettings
 
 HEADER = "X-Policy-Version"
 

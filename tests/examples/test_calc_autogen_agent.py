@@ -13,14 +13,15 @@ from test_calc_agent import _drain
 
 from examples.calc.autogen_agent import AutoGenCalcAgent
 from examples.calc.problems import Problem
-from infra import processes
+from infra import processes, services
 from producers.gateway.app import create_app
 from producers.gateway.fixed_upstream import ServerThread
 from producers.publisher import Publisher
 from producers.tracer import Tracer
-from serving import services
-from tracetrain.settings.serving import EngineSettings
+from serving.service import ENGINE
+from serving.service import engine_url as service_url
 from tracetrain.settings import load_settings
+from tracetrain.settings.serving import EngineSettings
 
 pytestmark = pytest.mark.integration
 PROBLEM = Problem("What is 17 times 23?", 391, 1, "17*23")
@@ -106,9 +107,9 @@ def engine_url(tmp_path_factory, base_model_dir):
     settings = load_settings(home=tmp_path_factory.mktemp("autogen-engine"),
                              base_model=str(base_model_dir),
                              engine=EngineSettings(port=processes.free_port()))
-    services.start_engine(settings)
-    yield services.engine_url(settings)
-    processes.stop(settings.home_dir, services.ENGINE)
+    services.start(settings, ENGINE)
+    yield service_url(settings)
+    services.stop(settings, ENGINE.name)
 
 
 def test_autogen_agent_runs_on_the_real_engine(engine_url):

@@ -11,10 +11,10 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from infra import processes, topics
-from tracetrain.settings.infra import KafkaSettings, TopicSettings
 from infra.kafka import broker
 from schemas import Codec
 from tracetrain.errors import ConfigError, InfraError
+from tracetrain.settings.infra import KafkaSettings, TopicSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "schemas"))
 from records import span  # noqa: E402

@@ -17,11 +17,11 @@ import torch
 from learner_helpers import learner_settings, make_transition, produce
 
 from infra import topics
-from tracetrain.settings.infra import TopicSettings
 from learner.checkpoints import CheckpointStore
 from learner.loop import run_learner
 from learner.replay import replay
 from tracetrain.settings import load_settings
+from tracetrain.settings.infra import TopicSettings
 
 N, BATCH, STEPS = 12, 2, 6
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

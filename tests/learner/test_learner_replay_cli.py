@@ -6,6 +6,7 @@ import pytest
 
 from learner.errors import LearnerError
 from learner.replay import parse_position
+from tracetrain.settings import load_settings
 
 
 def test_positions_are_offsets_or_iso_timestamps():
@@ -17,6 +18,10 @@ def test_positions_are_offsets_or_iso_timestamps():
 
 
 def test_learner_is_a_stack_service():
+    """Declared once, listed by the stack without any CLI module imported first (it used to
+    be registered as a side effect of importing the CLI)."""
     from infra.stack import SERVICES
+    from learner.service import LEARNER
 
-    assert "learner" in SERVICES
+    assert SERVICES["learner"] is LEARNER
+    assert LEARNER.argv(load_settings())[-1] == "learner"

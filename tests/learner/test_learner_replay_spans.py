@@ -12,11 +12,11 @@ from learner_helpers import learner_settings
 from mlflow import MlflowClient
 from typer.testing import CliRunner
 
-from infra import processes
+from infra import processes, services
 from learner.replay import replay_spans
 from schemas import Codec
-from streams.process import start_worker
 from streams.replay import ReplayError
+from streams.service import STREAMS
 from streams.workload import generate, interleave, reference
 from tracetrain.cli import app
 
@@ -79,7 +79,8 @@ def test_spans_replay_reshapes_rewards_and_trains(kafka_settings, mlflow_server,
     events = interleave(rollouts, seed=21)
     _produce(settings, events)
     live_want = reference(rollouts, settings.streams)
-    worker = start_worker(settings, name="streams-live-replay-test", max_seconds=300)
+    worker = services.start(settings, STREAMS, instance="streams-live-replay-test",
+                            extra_argv=["--max-seconds", "300"])
     try:
         _wait_live_join(settings, len(live_want), worker)
     finally:

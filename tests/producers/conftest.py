@@ -11,10 +11,10 @@ from confluent_kafka import Consumer, TopicPartition
 from pydantic import SecretStr
 
 from infra import processes, topics
-from tracetrain.settings.infra import KafkaSettings, TopicSettings
 from infra.kafka import broker
 from schemas import Codec
 from tracetrain.settings import load_settings
+from tracetrain.settings.infra import KafkaSettings, TopicSettings
 
 
 class OwnBroker:

@@ -11,10 +11,10 @@ import json
 import sys
 import time
 
-from tracetrain.settings.infra import KafkaSettings, TopicSettings
 from producers.publisher import Publisher
 from producers.records import new_span
 from tracetrain.settings import load_settings
+from tracetrain.settings.infra import KafkaSettings, TopicSettings
 
 args = json.loads(sys.argv[1])
 settings = load_settings().model_copy(update={

@@ -9,7 +9,6 @@ import openai
 import pytest
 from conftest import consume
 
-import producers.cli  # noqa: F401  (registers the "gateway" service)
 from infra import processes, stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]

@@ -8,10 +8,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from infra import processes
-from serving import services
-from tracetrain.settings.serving import EngineSettings
+from infra import processes, services
+from serving.service import ENGINE
+from serving.service import engine_url as _engine_url
 from tracetrain.settings import load_settings
+from tracetrain.settings.serving import EngineSettings
 
 
 def engine_settings(home: Path, model_dir: Path, **engine):
@@ -24,14 +25,14 @@ def engine_proc(tmp_path_factory, base_model_dir):
     """The real embedded engine (`python -m serving.engine`) on a free port."""
     home = tmp_path_factory.mktemp("engine-home")
     settings = engine_settings(home, base_model_dir)
-    services.start_engine(settings)
+    services.start(settings, ENGINE)
     yield settings
-    processes.stop(settings.home_dir, services.ENGINE)
+    services.stop(settings, ENGINE.name)
 
 
 @pytest.fixture(scope="session")
-def engine_url(engine_proc) -> str:
-    return services.engine_url(engine_proc)
+def engine_url(engine_proc) -> str:  # noqa: F811 (the fixture is named as the function)
+    return _engine_url(engine_proc)
 
 
 @pytest.fixture(scope="session")

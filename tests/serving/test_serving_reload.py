@@ -11,11 +11,11 @@ import httpx
 import pytest
 from conftest import engine_settings, make_adapters, policy_info, register_version
 
-from infra import processes
-from tracetrain.settings.infra import MlflowSettings
-from serving import services
-from tracetrain.settings.serving import ReloaderSettings
+from infra import services
 from serving.reloader import Reloader
+from serving.service import ENGINE, engine_url
+from tracetrain.settings.infra import MlflowSettings
+from tracetrain.settings.serving import ReloaderSettings
 
 pytestmark = pytest.mark.mlflow
 ASK = {"model": "policy", "messages": [{"role": "user", "content": "What is the capital of France?"}],
@@ -32,9 +32,9 @@ def reload_engine(tmp_path_factory, base_model_dir, mlflow_server):
                                  registered_model=f"policy-{uuid.uuid4().hex[:6]}"),
         "reloader": ReloaderSettings(alias="production", poll_s=0.2, max_attempts=2,
                                      retry_s=0.1)})
-    services.start_engine(settings)
+    services.start(settings, ENGINE)
     yield settings
-    processes.stop(settings.home_dir, services.ENGINE)
+    services.stop(settings, ENGINE.name)
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,7 @@ def ask(url: str) -> dict:
 
 
 def test_new_version_is_loaded_under_load_without_a_failed_request(reload_engine, adapters):
-    url = services.engine_url(reload_engine)
+    url = engine_url(reload_engine)
     before = ask(url)
     assert before["policy_version"] == 0
     stop, seen, failures = threading.Event(), [], []
@@ -89,7 +89,7 @@ def test_new_version_is_loaded_under_load_without_a_failed_request(reload_engine
 
 def test_corrupt_version_keeps_old_serving_and_is_not_retried_forever(reload_engine, adapters,
                                                                       tmp_path):
-    url = services.engine_url(reload_engine)
+    url = engine_url(reload_engine)
     serving = ask(url)
     old = serving["policy_version"]
     assert old >= 1, "runs after the hot-reload test"

@@ -13,11 +13,11 @@ import pytest
 from conftest import make_adapters, register_version
 
 from infra import processes
-from tracetrain.settings.infra import MlflowSettings
-from tracetrain.settings.serving import EngineSettings, ReloaderSettings
 from serving.reloader import Reloader
 from serving.vllm import vllm_argv, vllm_env
 from tracetrain.settings import load_settings
+from tracetrain.settings.infra import MlflowSettings
+from tracetrain.settings.serving import EngineSettings, ReloaderSettings
 
 
 class VllmDouble(BaseHTTPRequestHandler):
@@ -121,15 +121,16 @@ def test_real_vllm_serves_a_reloaded_adapter(tmp_path, base_model_dir):
     pytest.importorskip("vllm")
     import httpx
 
-    from serving import services
+    from infra import services
     from serving.engine_client import EngineClient
+    from serving.service import ENGINE, engine_url
 
     settings = load_settings(home=tmp_path, base_model=str(base_model_dir),
                              engine=EngineSettings(backend="vllm", port=processes.free_port(),
                                                    start_timeout_s=600))
-    services.start_engine(settings)
+    services.start(settings, ENGINE)
     try:
-        url = services.engine_url(settings)
+        url = engine_url(settings)
         ask = {"model": str(base_model_dir), "messages": [{"role": "user", "content": "Hi"}],
                "max_tokens": 8, "temperature": 0, "logprobs": True, "return_token_ids": True}
         before = httpx.post(f"{url}/v1/chat/completions", json=ask, timeout=120).json()
@@ -142,7 +143,7 @@ def test_real_vllm_serves_a_reloaded_adapter(tmp_path, base_model_dir):
         assert after["choices"][0]["token_ids"] != before["choices"][0]["token_ids"]
         assert after["choices"][0]["logprobs"]["content"]
     finally:
-        processes.stop(settings.home_dir, services.ENGINE)
+        services.stop(settings, ENGINE.name)
 
 
 @pytest.mark.mlflow

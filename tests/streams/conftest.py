@@ -1,5 +1,5 @@
 """Fixtures of the streams tests: settings for a worker on this test's topics, a factory that
-starts real worker processes (`python -m streams`) and kills them afterwards, and helpers to
+starts real worker processes (`tracetrain streams`) and kills them afterwards, and helpers to
 produce a workload and read topics back."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from infra import processes
+from infra import processes, services
 from schemas import Codec
-from streams.process import start_worker
+from streams.service import STREAMS
 
 STREAMS_DEFAULTS = {"idle_timeout_s": 6.0, "close_grace_s": 1.0, "timer_interval_s": 0.1,
                     "credit": "air"}
@@ -33,8 +33,9 @@ def workers(request):
         streams = settings.streams.model_copy(update={"web_port": processes.free_port(), **streams_overrides})
         settings = settings.model_copy(update={"streams": streams})
         # a per-test name, so workers of different tests never share a pid file
-        record = start_worker(settings, name=f"{name}-{request.node.name[:30]}-{len(started)}",
-                              max_seconds=600)
+        record = services.start(settings, STREAMS,
+                                instance=f"{name}-{request.node.name[:30]}-{len(started)}",
+                                extra_argv=["--max-seconds", "600"])
         started.append((settings, record))
         return record
 

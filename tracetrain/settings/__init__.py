@@ -17,7 +17,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import BaseModel, Field, SecretStr, ValidationError
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -25,12 +25,17 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from tracetrain.settings.infra import KafkaSettings, MlflowSettings, SchemaRegistrySettings, TopicSettings
+from tracetrain.errors import ConfigError
+from tracetrain.settings.infra import (
+    KafkaSettings,
+    MlflowSettings,
+    SchemaRegistrySettings,
+    TopicSettings,
+)
 from tracetrain.settings.learner import LearnerSettings
 from tracetrain.settings.producers import GatewaySettings, PublisherSettings
 from tracetrain.settings.serving import EngineSettings, ReloaderSettings
 from tracetrain.settings.streams import StreamsSettings
-from tracetrain.errors import ConfigError
 
 ENV_PREFIX = "TRACETRAIN_"
 
@@ -106,34 +111,28 @@ def get_settings() -> Settings:
     return load_settings()
 
 
-def _flatten(values: dict, prefix: str, out: dict[str, str]) -> None:
-    for name, value in values.items():
-        key = f"{prefix}{name.upper()}"
-        if isinstance(value, dict) and name not in _MAP_FIELDS:
-            _flatten(value, f"{key}__", out)
-        elif value is None:
-            continue
-        elif isinstance(value, (list, dict)):
-            out[key] = json.dumps([v.get_secret_value() if isinstance(v, SecretStr) else v
-                                   for v in value] if isinstance(value, list) else value)
-        elif isinstance(value, SecretStr):
-            out[key] = value.get_secret_value()
-        elif isinstance(value, Path):
-            out[key] = str(value.resolve())
-        else:
-            out[key] = str(value)
-
-
-_MAP_FIELDS: set[str] = set()  # dict-valued settings fields (none today) go as JSON
+def _plain(value: Any) -> Any:
+    """JSON for what `model_dump` leaves as objects: secrets in clear (the child needs them),
+    paths absolute (the child's working directory may differ)."""
+    if isinstance(value, SecretStr):
+        return value.get_secret_value()
+    if isinstance(value, Path):
+        return str(value.resolve())
+    raise TypeError(f"settings value {value!r} of type {type(value).__name__} has no JSON form")
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
-    """Every value of `settings` as `TRACETRAIN_*` variables, for a child process that builds
-    its own Settings from the environment and must see exactly the parent's (tests and the demo
-    build theirs in code)."""
+    """The one settings-to-environment encoder: every value of `settings` as `TRACETRAIN_*`
+    variables, for a child process that builds its own Settings from the environment and must
+    see exactly the parent's (tests and the demo build theirs in code). Each section travels
+    as one JSON variable (`TRACETRAIN_ENGINE={...}`), which pydantic-settings reads back into
+    the same typed section, so no value depends on how it would parse from plain text."""
     out: dict[str, str] = {}
-    # Only what differs from the defaults: a few values (Literal[1, 3]) do not parse from text.
-    _flatten(settings.model_dump(exclude_defaults=True), ENV_PREFIX, out)
-    out[f"{ENV_PREFIX}HOME"] = str(settings.home_dir)  # the child's cwd may differ
+    for name, value in settings:
+        if isinstance(value, BaseModel):
+            out[f"{ENV_PREFIX}{name.upper()}"] = json.dumps(value.model_dump(), default=_plain)
+        elif value is not None:
+            out[f"{ENV_PREFIX}{name.upper()}"] = str(_plain(value) if isinstance(value, Path)
+                                                     else value)
     out[f"{ENV_PREFIX}CONFIG"] = "/nonexistent/tracetrain.toml"  # the env says everything
     return out

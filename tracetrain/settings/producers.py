@@ -35,3 +35,4 @@ class GatewaySettings(BaseModel):
     request_token_ids: bool = Field(
         True, description="Ask upstream for return_token_ids and logprobs (vLLM, our engine)."
     )
+    start_timeout_s: float = Field(60.0, gt=0, description="`up` waits this long for /healthz.")

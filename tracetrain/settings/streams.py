@@ -30,6 +30,7 @@ class StreamsSettings(BaseModel):
     )
     web_host: str = "127.0.0.1"
     web_port: int = Field(6066, ge=1, le=65535, description="Faust web: /metrics, health.")
+    start_timeout_s: float = Field(90.0, gt=0, description="`up` waits this long for the web server.")
     idle_timeout_s: float = Field(300.0, gt=0, description="A rollout with no events closes.")
     close_grace_s: float = Field(
         0.5, ge=0,
