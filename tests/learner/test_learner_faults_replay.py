@@ -7,24 +7,23 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 import torch
 from learner_helpers import learner_settings, make_transition, produce
 
-from infra import topics
+from infra import processes, services, topics
 from learner.checkpoints import CheckpointStore
 from learner.loop import run_learner
 from learner.replay import replay
+from learner.service import LEARNER
 from tracetrain.settings import load_settings
 from tracetrain.settings.infra import TopicSettings
 
 N, BATCH, STEPS = 12, 2, 6
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(scope="module")
@@ -49,24 +48,12 @@ def _close(a: dict, b: dict) -> float:
     return max(float((a[k] - b[k]).abs().max()) for k in a)
 
 
-def _env(settings, experiment_model: str) -> dict:
-    s = settings
-    env = dict(os.environ)
-    env.update({
-        "TRACETRAIN_HOME": str(s.home_dir),
-        "TRACETRAIN_BASE_MODEL": s.base_model,
-        "TRACETRAIN_KAFKA__BOOTSTRAP_SERVERS": s.kafka.bootstrap_servers,
-        "TRACETRAIN_TOPICS__PREFIX": s.topics.prefix,
-        "TRACETRAIN_MLFLOW__TRACKING_URI": s.mlflow.uri,
-        "TRACETRAIN_MLFLOW__REGISTERED_MODEL": experiment_model,
-        "TRACETRAIN_LEARNER__GROUP_ID": f"{s.learner.group_id}-crash",
-        "TRACETRAIN_LEARNER__BATCH_SIZE": str(BATCH),
-        "TRACETRAIN_LEARNER__ADVANTAGE": "batch",
-        "TRACETRAIN_LEARNER__CHECKPOINT_EVERY_STEPS": "2",
-        "TRACETRAIN_LEARNER__LR": str(s.learner.lr),
-        "TRACETRAIN_LEARNER__BATCH_TIMEOUT_S": "60",
-    })
-    return env
+def _crash_settings(settings, model: str):
+    """The live run's settings with the crash run's own registered model and consumer group."""
+    return settings.model_copy(update={
+        "mlflow": settings.mlflow.model_copy(update={"registered_model": model}),
+        "learner": settings.learner.model_copy(update={
+            "group_id": f"{settings.learner.group_id}-crash"})})
 
 
 @pytest.mark.integration
@@ -76,23 +63,20 @@ def test_kill9_then_resume_equals_uninterrupted_run(live, tmp_path):
     settings, records, reference = live
     model = "crash-model"
     store = CheckpointStore(settings, "crash", model)
-    log = tmp_path / "learner.log"
-    with open(log, "wb") as out:  # a file, not a pipe: a full pipe would stall the learner
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tracetrain.cli", "learner", "--experiment", "crash",
-             "--until-step", str(STEPS)], env=_env(settings, model), cwd=REPO,
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    crash = _crash_settings(settings, model)
+    # The learner service as `tracetrain up` starts it, with this run's bounds.
+    record = services.start(crash, LEARNER, instance="learner-crash",
+                            extra_argv=["--experiment", "crash", "--until-step", str(STEPS)])
+    log = Path(record.log)
     try:
         deadline = time.monotonic() + 400
-        while not store.versions() and time.monotonic() < deadline and proc.poll() is None:
+        while not store.versions() and time.monotonic() < deadline and \
+                processes.pid_alive(record.pid):
             time.sleep(0.2)
         assert store.versions(), f"no checkpoint before the kill: {log.read_text()[-3000:]}"
-        os.kill(proc.pid, signal.SIGKILL)  # mid-training: version 1 (step 2) is registered
-        proc.wait(30)
+        os.kill(record.pid, signal.SIGKILL)  # mid-training: version 1 (step 2) is registered
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(30)
+        services.stop(crash, record.name, timeout_s=5)
     killed_at = len(store.versions())
     assert killed_at < STEPS // 2, "the learner finished before it was killed"
     resumed = run_learner(settings.model_copy(update={"learner": settings.learner.model_copy(
