@@ -26,6 +26,8 @@ import types
 
 import torch
 
+from learner.errors import LearnerError
+
 # Config fields that change the logits after the projection; TRL's forward handles them, so a
 # model with any of them keeps it.
 _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "output_multiplier",
@@ -40,13 +42,13 @@ def install(model, outputs: tuple[str, ...] = (), temperature: float = 1.0,
     of `SUPPORTED_OUTPUTS`. Returns False (and changes nothing) where TRL's path must stay."""
     unknown = set(outputs) - set(SUPPORTED_OUTPUTS)
     if unknown:
-        raise ValueError(f"lm_head outputs {sorted(unknown)}: expected some of {SUPPORTED_OUTPUTS}")
+        raise LearnerError(f"lm_head outputs {sorted(unknown)}: expected some of {SUPPORTED_OUTPUTS}")
     target = model.get_base_model() if hasattr(model, "get_base_model") else model
     text_config = target.config.get_text_config()
     if any(getattr(text_config, name, None) is not None for name in _LOGIT_TRANSFORMS):
         return False
     if "forward" not in vars(target):
-        raise ValueError(f"{type(target).__name__} has no fused LM head yet: install after the "
+        raise LearnerError(f"{type(target).__name__} has no fused LM head yet: install after the "
                          "TRL trainer is built (building it patches the model's forward)")
     trl_forward = target.forward
 

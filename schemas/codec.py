@@ -17,8 +17,8 @@ from fastavro import schemaless_reader, schemaless_writer
 from fastavro.validation import ValidationError as AvroValidationError
 from fastavro.validation import validate
 
+from schemas.errors import CodecError
 from schemas.history import SchemaHistory, SchemaVersion
-from tracetrain.errors import TracetrainError
 
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 CONFLUENT_MAGIC = 0x00
@@ -28,15 +28,6 @@ _HEADER_LEN = 10
 _DECODE_ERRORS = (EOFError, ValueError, IndexError, KeyError, UnicodeDecodeError, struct.error,
                   TypeError, OverflowError, MemoryError)
 _ENCODE_ERRORS = (ValueError, TypeError, KeyError, AttributeError, OverflowError, struct.error)
-
-
-class CodecError(TracetrainError):
-    """A message could not be encoded or decoded. `reason` is a short machine-readable tag
-    (used as the dead-letter reason); the message says what was wrong and what was expected."""
-
-    def __init__(self, reason: str, message: str):
-        self.reason = reason
-        super().__init__(f"{reason}: {message}")
 
 
 class Codec:

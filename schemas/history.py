@@ -15,6 +15,7 @@ from pathlib import Path
 import fastavro
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
+from schemas.errors import SchemasError
 from schemas.unions import branch_tagger
 
 AVSC_DIR = Path(__file__).parent / "avsc"
@@ -55,7 +56,7 @@ class SchemaHistory:
         for path in sorted(folder.glob("*.avsc")):
             match = _FILE_RE.match(path.name)
             if not match:
-                raise ValueError(f"{path}: expected a file name like Span.v2.avsc")
+                raise SchemasError(f"{path}: expected a file name like Span.v2.avsc")
             schema = _load(path, match["name"], int(match["version"]))
             self.by_fingerprint[schema.fingerprint] = schema
             self.versions.setdefault(schema.name, []).append(schema)

@@ -1,4 +1,5 @@
-"""Errors of the serving stage."""
+"""Errors of the serving stage. A request the engine refuses is the core's `BadRequest`, the
+one the gateway raises too."""
 
 from __future__ import annotations
 
@@ -7,10 +8,6 @@ from tracetrain.errors import TracetrainError
 
 class ServingError(TracetrainError):
     """The engine or the reloader could not do what was asked."""
-
-
-class BadRequest(ServingError):
-    """A request the engine refuses (answered with HTTP 400 and this message)."""
 
 
 class LoadError(ServingError):

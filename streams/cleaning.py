@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from streams.errors import StreamsError
 from tracetrain.settings.streams import StreamsSettings
 
 Verdict = Literal["keep", "skip", "no token ids"]
@@ -25,7 +26,7 @@ def _compile(pattern: str | None, what: str) -> re.Pattern[str] | None:
     try:
         return re.compile(pattern)
     except re.error as exc:
-        raise ValueError(f"TRACETRAIN_STREAMS__SELECT_{what.upper()} {pattern!r} is not a valid regex: {exc}") from exc
+        raise StreamsError(f"TRACETRAIN_STREAMS__SELECT_{what.upper()} {pattern!r} is not a valid regex: {exc}") from exc
 
 
 @dataclass(frozen=True)

@@ -26,16 +26,16 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from infra import processes, services, topics
+from streams.errors import StreamsError
 from streams.join import DERIVED
 from streams.service import STREAMS
-from tracetrain.errors import TracetrainError
 from tracetrain.settings import Settings
 
 REPLAY_IDLE_TIMEOUT_S = 10.0
 
 
-class ReplayError(TracetrainError):
-    pass
+class ReplayError(StreamsError):
+    """A replay's copy or worker did not finish; its topics are incomplete."""
 
 
 @dataclass

@@ -19,6 +19,16 @@ class InfraError(TracetrainError):
     """The local stack could not be started, reached or stopped."""
 
 
+class BadRequest(TracetrainError):
+    """A request an HTTP service (gateway, reward API, OTLP receiver, engine) refuses: answered
+    with `status` and an OpenAI-style error body whose message names the bad value and what was
+    expected; `param` is the request field at fault, when there is one."""
+
+    def __init__(self, message: str, *, status: int = 400, param: str | None = None):
+        self.message, self.status, self.param = message, status, param
+        super().__init__(message)
+
+
 class Backpressure(TracetrainError):
     """A bounded queue is full; the caller may retry after `retry_after` seconds."""
 

@@ -12,7 +12,7 @@ import ast
 import operator
 from fractions import Fraction
 
-from tracetrain.errors import TracetrainError
+from examples.errors import ExamplesError
 
 MAX_EXPRESSION_CHARS = 200
 MAX_EXPONENT = 12
@@ -26,7 +26,7 @@ _BINARY = {
 _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos}
 
 
-class CalculatorError(TracetrainError):
+class CalculatorError(ExamplesError):
     """The expression is not plain arithmetic, or cannot be evaluated."""
 
 

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from examples.calc.calculator import evaluate
+from examples.errors import ExamplesError
 
 _TEMPLATES = {
     "+": ["{who} has {a} {things} and gets {b} more. How many {things} does {who} have now?",
@@ -71,10 +72,10 @@ def _compound(rng: random.Random, n_ops: int, digits: int) -> Problem:
 def generate(n: int, seed: int, difficulties: tuple[int, ...] = (1, 2, 3)) -> list[Problem]:
     """`n` problems cycling through `difficulties`, deterministic for `seed`."""
     if n < 0:
-        raise ValueError(f"n={n}: expected a count >= 0")
+        raise ExamplesError(f"n={n}: expected a count >= 0")
     unknown = set(difficulties) - {1, 2, 3}
     if unknown or not difficulties:
-        raise ValueError(f"difficulties {difficulties}: expected values among 1, 2, 3")
+        raise ExamplesError(f"difficulties {difficulties}: expected values among 1, 2, 3")
     rng = random.Random(seed)
     problems = []
     for i in range(n):
@@ -101,7 +102,7 @@ def read_jsonl(path: Path) -> list[Problem]:
             continue
         row = json.loads(line)
         if "question" not in row or "answer" not in row:
-            raise ValueError(f"{path}:{number}: expected {{\"question\": ..., \"answer\": ...}}")
+            raise ExamplesError(f"{path}:{number}: expected {{\"question\": ..., \"answer\": ...}}")
         problems.append(Problem(row["question"], int(row["answer"]), 0, ""))
     return problems
 

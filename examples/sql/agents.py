@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import openai
 
+from examples.errors import ExamplesError
 from examples.sql.databases import SqlTask, schema_text
 from examples.sql.execution import Execution, execute, reward
 
@@ -25,7 +26,7 @@ TRAINED_AGENTS = ("writer", "rewriter")  # the streams' agent selection for this
 _SQL_RE = re.compile(r"```(?:sql)?\s*(.*?)```|(SELECT\b.*)", re.IGNORECASE | re.DOTALL)
 
 
-class SqlExecutionError(RuntimeError):
+class SqlExecutionError(ExamplesError):
     """Raised inside the traced tool so that the tool span records ok=false with the error."""
 
 

@@ -16,6 +16,8 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
+from examples.errors import ExamplesError
+
 SCHEMAS = {
     "shop": [
         "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT, city TEXT)",
@@ -99,7 +101,7 @@ def schema_text(db: str | Path) -> str:
 def generate(n: int, seed: int, folder: Path) -> list[SqlTask]:
     """`n` tasks over ceil(n/3) seeded databases written into `folder`."""
     if n < 0:
-        raise ValueError(f"n={n}: expected a count >= 0")
+        raise ExamplesError(f"n={n}: expected a count >= 0")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
@@ -132,6 +134,6 @@ def read_jsonl(path: Path) -> list[SqlTask]:
         row = json.loads(line)
         missing = {"db", "question", "gold_sql"} - set(row)
         if missing:
-            raise ValueError(f"{path}:{number}: missing {sorted(missing)}; expected db, question, gold_sql")
+            raise ExamplesError(f"{path}:{number}: missing {sorted(missing)}; expected db, question, gold_sql")
         tasks.append(SqlTask(row["db"], row["question"], row["gold_sql"]))
     return tasks

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
+from examples.errors import ExamplesError
+
 MAX_ROWS = 200
 MAX_STEPS = 2_000_000  # SQLite VM instructions; a cartesian blow-up stops here
 
@@ -57,7 +59,7 @@ def reward(db: str, sql: str, gold_sql: str) -> float:
     """1.0 when the candidate's result equals the gold query's result on `db`, else 0.0."""
     got, gold = execute(db, sql), execute(db, gold_sql)
     if gold.error is not None:
-        raise ValueError(f"gold query fails on {db}: {gold.error}")
+        raise ExamplesError(f"gold query fails on {db}: {gold.error}")
     if got.error is not None:
         return 0.0
     return 1.0 if _normalise(got.rows) == _normalise(gold.rows) else 0.0

@@ -21,12 +21,13 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import Counter, Histogram, make_asgi_app
 
 from producers.gateway import capture
-from producers.gateway.guard import BadRequest, check_auth, read_json_body, validate_call
+from producers.gateway.guard import check_auth, read_json_body, validate_call
 from producers.gateway.ids import BadIdHeader, CallIds, call_ids
 from producers.gateway.otlp import add_otlp_routes
 from producers.gateway.rewards import add_reward_routes
 from producers.publisher import Publisher
 from producers.records import new_id, new_span
+from tracetrain.errors import BadRequest
 from tracetrain.settings import Settings
 
 CALLS = Counter("tracetrain_gateway_calls", "Calls by route and status class.", ["route", "status"])
@@ -99,7 +100,7 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
         try:
             resp = await state["http"].get(f"{upstream}/models")
         except httpx.HTTPError as exc:
-            raise BadRequest(502, f"upstream {upstream} unreachable: {exc!r}") from exc
+            raise BadRequest(f"upstream {upstream} unreachable: {exc!r}", status=502) from exc
         return Response(resp.content, status_code=resp.status_code,
                         media_type=resp.headers.get("content-type"))
 

@@ -11,11 +11,7 @@ import json
 
 from fastapi import Request
 
-
-class BadRequest(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None):
-        self.status, self.message, self.param = status, message, param
-        super().__init__(message)
+from tracetrain.errors import BadRequest
 
 
 def check_auth(request: Request, keys: set[str]) -> None:
@@ -24,32 +20,32 @@ def check_auth(request: Request, keys: set[str]) -> None:
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not any(hmac.compare_digest(token, k) for k in keys):
-        raise BadRequest(401, "missing or wrong API key: expected 'Authorization: Bearer <key>' "
-                              "with one of the gateway's keys")
+        raise BadRequest("missing or wrong API key: expected 'Authorization: Bearer <key>' "
+                         "with one of the gateway's keys", status=401)
 
 
 async def read_json_body(request: Request, limit: int):
     """The parsed JSON body; 413 beyond `limit` bytes (checked while reading), 400 if not JSON."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise BadRequest(413, f"request body of {declared} bytes exceeds the limit of {limit}")
+        raise BadRequest(f"request body of {declared} bytes exceeds the limit of {limit}", status=413)
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise BadRequest(413, f"request body exceeds the limit of {limit} bytes")
+            raise BadRequest(f"request body exceeds the limit of {limit} bytes", status=413)
         chunks.append(chunk)
     raw = b"".join(chunks)
     try:
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise BadRequest(400, f"request body is not valid JSON ({exc}); expected a JSON object") from exc
+        raise BadRequest(f"request body is not valid JSON ({exc}); expected a JSON object") from exc
 
 
 def _expect(cond: bool, param: str, expected: str, got) -> None:
     if not cond:
         shown = type(got).__name__ if not isinstance(got, str | int | float | bool) else repr(got)
-        raise BadRequest(422, f"'{param}' must be {expected}, got {shown}", param=param)
+        raise BadRequest(f"'{param}' must be {expected}, got {shown}", status=422, param=param)
 
 
 def validate_call(kind: str, body) -> None:

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from producers.records import new_id, new_rollout_id
+from tracetrain.errors import BadRequest
 
 # Ids travel as Kafka keys and into file names downstream: keep them plain and bounded.
 ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
@@ -20,7 +21,7 @@ HEADERS = {"rollout_id": "x-rollout-id", "attempt_id": "x-attempt-id", "task_id"
            "parent_id": "x-parent-span-id", "trace_id": "x-trace-id"}
 
 
-class BadIdHeader(ValueError):
+class BadIdHeader(BadRequest):
     """An id header (or path segment) that does not look like an id; becomes a 400."""
 
 

@@ -18,8 +18,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from producers.gateway.guard import BadRequest, check_auth
+from producers.gateway.guard import check_auth
 from producers.otel import OtelSpan, to_span
+from tracetrain.errors import BadRequest
 
 _STATUS = {0: "unset", 1: "ok", 2: "error"}
 _KIND = {0: "unspecified", 1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
@@ -40,7 +41,7 @@ def _from_protobuf(body: bytes) -> list[OtelSpan]:
     try:
         req = ExportTraceServiceRequest.FromString(body)
     except DecodeError as exc:
-        raise BadRequest(400, f"body is not an OTLP ExportTraceServiceRequest protobuf: {exc}") from exc
+        raise BadRequest(f"body is not an OTLP ExportTraceServiceRequest protobuf: {exc}") from exc
     out = []
     for rs in req.resource_spans:
         res = {kv.key: _pb_value(kv.value) for kv in rs.resource.attributes}
@@ -96,9 +97,9 @@ def _from_json(body: bytes) -> list[OtelSpan]:
                         kind=_KIND.get(int(sp.get("kind", 1)), "internal")))
         return out
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise BadRequest(400, f"body is not OTLP/JSON ExportTraceServiceRequest: {exc!r} "
-                              "(expected resourceSpans[].scopeSpans[].spans[] with hex "
-                              "traceId/spanId)") from exc
+        raise BadRequest(f"body is not OTLP/JSON ExportTraceServiceRequest: {exc!r} "
+                         "(expected resourceSpans[].scopeSpans[].spans[] with hex "
+                         "traceId/spanId)") from exc
 
 
 def add_otlp_routes(app: FastAPI, state: dict, keys: set[str], limit: int) -> None:
@@ -107,7 +108,8 @@ def add_otlp_routes(app: FastAPI, state: dict, keys: set[str], limit: int) -> No
         check_auth(request, keys)
         body = await request.body()
         if len(body) > limit:
-            raise BadRequest(413, f"request body of {len(body)} bytes exceeds the limit of {limit}")
+            raise BadRequest(f"request body of {len(body)} bytes exceeds the limit of {limit}",
+                             status=413)
         ctype = request.headers.get("content-type", "").split(";")[0].strip()
         if ctype == "application/x-protobuf":
             spans = _from_protobuf(body)
@@ -117,8 +119,8 @@ def add_otlp_routes(app: FastAPI, state: dict, keys: set[str], limit: int) -> No
             spans = _from_json(body)
             reply = Response(b"{}", media_type="application/json")
         else:
-            raise BadRequest(415, f"content-type {ctype!r}: expected application/x-protobuf "
-                                  "or application/json (OTLP/HTTP)")
+            raise BadRequest(f"content-type {ctype!r}: expected application/x-protobuf "
+                             "or application/json (OTLP/HTTP)", status=415)
         for span in spans:
             state["pub"].publish_span(to_span(span))
         return reply

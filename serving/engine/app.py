@@ -23,7 +23,8 @@ from serving.engine.batcher import Batcher
 from serving.engine.decode import GenRequest, GenResult
 from serving.engine.policy import Policy
 from serving.engine.prompts import chat_prompt_ids, parse_tool_calls
-from serving.errors import BadRequest, LoadError
+from serving.errors import LoadError
+from tracetrain.errors import BadRequest
 from tracetrain.settings.serving import EngineSettings
 
 HEADER = "X-Policy-Version"

@@ -12,7 +12,7 @@ import uuid
 from typing import Any
 
 from serving.engine.decode import GenRequest, GenResult
-from serving.errors import BadRequest
+from tracetrain.errors import BadRequest
 
 
 def sampling(body: dict, prompt_ids: list[int], context: int, default_max: int) -> GenRequest:

@@ -9,6 +9,7 @@ import pytest
 from examples.calc.calculator import CalculatorError, evaluate, format_number
 from examples.calc.problems import generate, read_jsonl, write_jsonl
 from examples.calc.reward import final_answer, reward
+from examples.errors import ExamplesError
 
 
 @pytest.mark.parametrize("expression, value", [
@@ -58,7 +59,7 @@ def test_problems_file_round_trip(tmp_path):
     back = read_jsonl(tmp_path / "p.jsonl")
     assert [(p.question, p.answer) for p in back] == [(p.question, p.answer) for p in problems]
     (tmp_path / "bad.jsonl").write_text('{"q": 1}\n')
-    with pytest.raises(ValueError, match="bad.jsonl:1"):
+    with pytest.raises(ExamplesError, match="bad.jsonl:1"):
         read_jsonl(tmp_path / "bad.jsonl")
 
 

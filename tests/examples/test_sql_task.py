@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from examples.errors import ExamplesError
 from examples.sql.databases import generate, read_jsonl, schema_text, write_jsonl
 from examples.sql.execution import execute, reward
 
@@ -58,5 +59,5 @@ def test_tasks_file_round_trip(tmp_path):
     write_jsonl(tasks, tmp_path / "t.jsonl")
     assert read_jsonl(tmp_path / "t.jsonl") == tasks
     (tmp_path / "bad.jsonl").write_text('{"db": "x"}\n')
-    with pytest.raises(ValueError, match=r"missing \['gold_sql', 'question'\]"):
+    with pytest.raises(ExamplesError, match=r"missing \['gold_sql', 'question'\]"):
         read_jsonl(tmp_path / "bad.jsonl")

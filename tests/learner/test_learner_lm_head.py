@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from learner import lm_head
+from learner.errors import LearnerError
 
 OUTPUTS = ("entropy", "is_top1", "mean_logits")
 
@@ -74,10 +75,10 @@ def test_models_it_cannot_score_keep_trl_and_misuse_is_named(tiny_model_dir):
     from transformers import LlamaForCausalLM
 
     plain = LlamaForCausalLM.from_pretrained(tiny_model_dir)
-    with pytest.raises(ValueError, match="install after the TRL trainer is built"):
+    with pytest.raises(LearnerError, match="install after the TRL trainer is built"):
         lm_head.install(plain)
     model = _patched_model(tiny_model_dir)
-    with pytest.raises(ValueError, match=r"\['top_k'\]"):
+    with pytest.raises(LearnerError, match=r"\['top_k'\]"):
         lm_head.install(model, outputs=("top_k",))
     model.config.final_logit_softcapping = 30.0  # a transform TRL's forward applies itself
     before = model.forward

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from streams.cleaning import NO_TOKEN_IDS, Selector
+from streams.errors import StreamsError
 from tracetrain.settings.streams import StreamsSettings
 
 
@@ -33,5 +34,5 @@ def test_model_policy_kind_and_token_ids():
 
 
 def test_bad_regex_is_named():
-    with pytest.raises(ValueError, match="SELECT_AGENTS '\\(Writer'"):
+    with pytest.raises(StreamsError, match="SELECT_AGENTS '\\(Writer'"):
         Selector.from_settings(StreamsSettings(select_agents="(Writer"))
