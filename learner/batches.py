@@ -6,7 +6,7 @@
 Reads `settings.topics.transitions` in consumer group `settings.learner.group_id` with
 confluent-kafka, auto-commit off (offsets are committed only after a checkpoint holding them is
 registered: `commit`). Writes bad records to `settings.topics.dlq` with the original key and
-bytes and headers `source_topic`, `partition`, `offset`, `error` (the reason tag). A batch
+bytes and the headers of the one DLQ contract (`tracetrain.deadletter`). A batch
 closes at `batch_size` accepted transitions or `batch_timeout_s` after its first record.
 Duplicate `transition_id`s are skipped, stale policy versions dropped or down-weighted; every
 skip is counted in `counters` under its reason.
@@ -24,6 +24,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 
 from learner.errors import LearnerError
 from schemas import Codec, CodecError
+from tracetrain.deadletter import dead_letter_headers
 from tracetrain.settings import Settings
 
 
@@ -201,10 +202,10 @@ class TransitionBatcher:
 
     def _dead_letter(self, msg, reason: str, detail: str, batch: MicroBatch) -> None:
         self._skip(f"dlq:{reason}", batch)
-        headers = {"source_topic": msg.topic(), "partition": str(msg.partition()),
-                   "offset": str(msg.offset()), "error": reason, "detail": detail[:500]}
+        headers = dead_letter_headers(msg.topic(), msg.partition(), msg.offset(), reason=reason,
+                                      detail=detail)
         self._dlq.produce(self.settings.topics.dlq, key=msg.key(), value=msg.value(),
-                          headers=list(headers.items()))
+                          headers=headers)
 
     def commit(self, offsets: dict[str, int]) -> None:
         """Commit `offsets` for the group, synchronously (called after registration)."""

@@ -1,13 +1,14 @@
 """Dead-letter routing: a record that cannot be processed goes to `settings.topics.dlq` with
-its original key and bytes and headers naming where it came from and why:
-`source_topic`, `partition`, `offset`, `reason` (machine-readable) and `error` (the message).
-Nothing is dropped silently; every route is counted per reason."""
+its original key and bytes and the headers of the one DLQ contract (`tracetrain.deadletter`:
+source topic, partition, offset, reason tag, detail). Nothing is dropped silently; every route
+is counted per reason."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from streams.metrics import StreamsMetrics
+from tracetrain.deadletter import dead_letter_headers
 
 
 class DeadLetters:
@@ -17,15 +18,8 @@ class DeadLetters:
 
     async def send(self, key: bytes | None, value: bytes | None, *, source_topic: str,
                    partition: int, offset: int, reason: str, error: str, force: bool = False) -> Any:
-        """Queue the record; returns the delivery future (`force` sends now, not at commit)."""
-        headers = [("source_topic", source_topic.encode()), ("partition", str(partition).encode()),
-                   ("offset", str(offset).encode()), ("reason", reason.encode()),
-                   ("error", error.encode(errors="replace"))]
+        """Queue the record; returns the delivery future (`force` sends now, not at commit).
+        `error` is the contract's detail (the join still passes it by that name)."""
+        headers = dead_letter_headers(source_topic, partition, offset, reason=reason, detail=error)
         self.metrics.dlq.labels(reason=reason).inc()
         return await self.topic.send(key=key, value=value, headers=headers, force=force)
-
-
-def headers_dict(headers: Any) -> dict[str, str]:
-    """Headers of a consumed DLQ record (a list of pairs or a mapping) as text."""
-    pairs = headers.items() if isinstance(headers, dict) else (headers or [])
-    return {k: (v.decode() if isinstance(v, bytes) else str(v)) for k, v in pairs}

@@ -13,6 +13,7 @@ from learner.batches import TransitionBatcher
 from learner.loop import run_learner
 from learner.trainer import PolicyTrainer
 from schemas import Codec
+from tracetrain.deadletter import read_dead_letter_headers
 
 GOOD, BAD = [410, 411, 412, 2], [610, 611, 612, 2]
 
@@ -127,11 +128,11 @@ def test_batcher_skips_duplicates_stale_and_malformed_with_reasons(kafka_setting
     assert c["dlq:empty_response"] == 1 and c["dlq:empty"] == 1
     assert c["dlq:truncated"] + c["dlq:bad_magic"] + c["dlq:unknown_schema"] == 2
     dlq = _read_all(settings, settings.topics.dlq, 4)
-    reasons = sorted(dict(m.headers())["error"].decode() for m in dlq)
+    letters = [read_dead_letter_headers(m.headers()) for m in dlq]
+    reasons = sorted(letter["reason"] for letter in letters)
     assert len(dlq) == 4 and "empty_response" in reasons and "empty" in reasons
-    first = dict(dlq[0].headers())
-    assert first["source_topic"].decode() == settings.topics.transitions
-    assert int(first["offset"]) >= 0
+    assert letters[0]["source_topic"] == settings.topics.transitions
+    assert letters[0]["offset"] >= 0 and letters[0]["detail"]
 
 
 @pytest.mark.integration
