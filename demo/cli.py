@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from demo.tasks import FRONT_ENDS, TASKS
+from tracetrain.modes import LEARNER_MODES, REGISTRY_ALIASES, one_of
 
 console = Console()
 
@@ -21,7 +22,7 @@ def demo(
                                   "(plain client) or, for calc, autogen (AutoGen AgentChat with a "
                                   "function tool; pip install 'tracetrain[autogen]')."),
     workers: int = typer.Option(6, min=1, help="Agent threads sending rollouts through the gateway."),
-    mode: str = typer.Option("sft", help="Learner mode: rl, sft or kto."),
+    mode: str = typer.Option("sft", help=f"Learner mode: {one_of(LEARNER_MODES)}."),
     n_eval: int = typer.Option(200, "--n-eval", min=1, help="Held-out problems for base and final accuracy."),
     version_eval: int = typer.Option(32, min=0, help="Held-out problems checked at each new "
                                      "version (0: none)."),
@@ -41,8 +42,8 @@ def demo(
     from demo.run import DemoOptions, DemoRun
     from tracetrain.settings import get_settings
 
-    if mode not in ("rl", "sft", "kto"):
-        raise typer.BadParameter(f"{mode!r}: expected rl, sft or kto", param_hint="--mode")
+    if mode not in LEARNER_MODES:
+        raise typer.BadParameter(f"{mode!r}: expected {one_of(LEARNER_MODES)}", param_hint="--mode")
     if task not in TASKS:
         raise typer.BadParameter(f"{task!r}: expected one of {', '.join(TASKS)}", param_hint="--task")
     if front_end not in FRONT_ENDS[task]:
@@ -68,7 +69,8 @@ def eval_command(
     seed: int = typer.Option(None, help="Seed of the generated problems (default: the demo's "
                              "held-out seed, never trained on)."),
     version: str = typer.Option(None, help="A registered version number, or `base`."),
-    alias: str = typer.Option(None, help="A registry alias instead of a version (latest, production)."),
+    alias: str = typer.Option(None, help="A registry alias instead of a version "
+                              f"({', '.join(REGISTRY_ALIASES)})."),
     threads: int = typer.Option(8, min=1, help="Problems solved at once."),
 ) -> None:
     """Held-out accuracy of a registered version (or the base model) through the task's agent,

@@ -16,6 +16,8 @@ import time
 
 import typer
 
+from tracetrain.modes import CREDIT_MODES, LEARNER_MODES, one_of
+
 
 class _Progress:
     """A rich live line on a terminal; plain log lines otherwise."""
@@ -78,7 +80,7 @@ def learner(
                                    "(counting steps of the checkpoint it resumed from)."),
     max_seconds: float = typer.Option(None, help="Stop after this many seconds."),
     experiment: str = typer.Option(None, help="MLflow experiment (default: settings)."),
-    mode: str = typer.Option(None, help="rl, sft or kto (default: settings)."),
+    mode: str = typer.Option(None, help=f"{one_of(LEARNER_MODES)} (default: settings)."),
 ) -> None:
     """Train continuously from the transitions topic: micro-batches, TRL step, checkpoints
     registered in MLflow (alias `latest`), offsets committed after registration. Resumes
@@ -105,12 +107,12 @@ def replay(
     start: str = typer.Option(..., "--from", help="Offset (digits) or ISO 8601 timestamp."),
     end: str = typer.Option(None, "--to", help="Offset or timestamp (default: the end now)."),
     experiment: str = typer.Option(..., help="The new MLflow experiment to train into."),
-    mode: str = typer.Option(None, help="rl, sft or kto (default: settings)."),
+    mode: str = typer.Option(None, help=f"{one_of(LEARNER_MODES)} (default: settings)."),
     lr: float = typer.Option(None, help="Learning rate (default: settings)."),
     seed: int = typer.Option(None, help="Seed (default: settings); same seed, same model."),
     max_steps: int = typer.Option(None, help="Stop after this many steps."),
-    credit: str = typer.Option(None, help="--topic spans: credit assignment, identical, air "
-                               "or discounted (default: settings.streams.credit)."),
+    credit: str = typer.Option(None, help=f"--topic spans: credit assignment, {one_of(CREDIT_MODES)} "
+                               "(default: settings.streams.credit)."),
     gamma: float = typer.Option(None, help="--topic spans: discount of `discounted`."),
     air_rule: list[str] = typer.Option(None, "--air-rule", help="--topic spans: NAME=VALUE "
                                        "for an AIR rule (repeatable; 0 disables a rule), e.g. "

@@ -24,6 +24,7 @@ import torch
 from learner.errors import LearnerError
 from learner.policy_loss import build_grpo_trainer, inputs_from, response_logps, rl_loss
 from tracetrain.base_model import resolve_base_model
+from tracetrain.modes import LEARNER_MODES, one_of
 from tracetrain.settings import Settings
 
 LORA_TARGETS = ["q_proj", "v_proj"]
@@ -66,7 +67,7 @@ class PolicyTrainer:
             self.trl = offline_modes.build(mode, base, self.tokenizer, self.learner, work_dir,
                                            peft_config)
         else:
-            raise LearnerError(f"learner mode {mode!r}: expected rl, sft or kto")
+            raise LearnerError(f"learner mode {mode!r}: expected {one_of(LEARNER_MODES)}")
         self.model = self.trl.model
         self.device = next(self.model.parameters()).device
         self.trl.create_optimizer_and_scheduler(num_training_steps=10**9)

@@ -11,10 +11,9 @@ rewards become one credited return per policy call, in call order. Pure function
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
-Mode = Literal["identical", "air", "discounted"]
-MODES: tuple[str, ...] = ("identical", "air", "discounted")
+from streams.errors import StreamsError
+from tracetrain.modes import CREDIT_MODES
 
 
 @dataclass(frozen=True)
@@ -28,10 +27,10 @@ class Credit:
 
 def assign(mode: str, final_reward: float, intermediate: list[float], gamma: float = 1.0) -> list[Credit]:
     """Credited returns for calls in order; `intermediate[i]` is the i-th call's own reward."""
-    if mode not in MODES:
-        raise ValueError(f"credit mode {mode!r}: expected one of {MODES}")
+    if mode not in CREDIT_MODES:
+        raise StreamsError(f"credit mode {mode!r}: expected one of {CREDIT_MODES}")
     if not 0.0 <= gamma <= 1.0:
-        raise ValueError(f"gamma {gamma}: expected a value in [0, 1]")
+        raise StreamsError(f"gamma {gamma}: expected a value in [0, 1]")
     if mode == "identical":
         returns = [final_reward for _ in intermediate]
     elif mode == "air":

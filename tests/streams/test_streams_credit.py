@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streams.credit import assign
+from streams.errors import StreamsError
 
 rewards = st.floats(-10, 10, allow_nan=False)
 inter_lists = st.lists(st.floats(-5, 5, allow_nan=False), min_size=0, max_size=12)
@@ -34,9 +35,9 @@ def test_discounted_returns():
 
 
 def test_bad_mode_and_gamma_are_named():
-    with pytest.raises(ValueError, match="'greedy'"):
+    with pytest.raises(StreamsError, match="'greedy'"):
         assign("greedy", 1.0, [0.0])
-    with pytest.raises(ValueError, match="gamma 2"):
+    with pytest.raises(StreamsError, match="gamma 2"):
         assign("discounted", 1.0, [0.0], gamma=2)
 
 

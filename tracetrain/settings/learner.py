@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, Field
+
+from tracetrain.modes import AdvantageMode, LearnerMode, LossType, StalenessPolicy
 
 
 class LearnerSettings(BaseModel):
     group_id: str = Field("tracetrain-learner", description="Consumer group on transitions.")
-    mode: Literal["rl", "sft", "kto"] = "rl"
-    advantage: Literal["group", "batch", "baseline"] = "group"
+    mode: LearnerMode = "rl"
+    advantage: AdvantageMode = "group"
     batch_size: int = Field(8, ge=1, description="Transitions per micro-batch.")
     batch_timeout_s: float = Field(30.0, gt=0, description="A partial micro-batch closes after this.")
     group_wait_s: float = Field(
@@ -22,7 +22,7 @@ class LearnerSettings(BaseModel):
     lora_r: int = Field(8, ge=1)
     lora_alpha: int = Field(16, ge=1)
     full_finetune: bool = False
-    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo"] = Field(
+    loss_type: LossType = Field(
         "grpo", description="TRL GRPO loss variant used by the `rl` mode."
     )
     epsilon: float = Field(0.2, gt=0, description="PPO-style clip range of the importance ratio.")
@@ -31,7 +31,7 @@ class LearnerSettings(BaseModel):
     max_length: int = Field(1024, ge=8, description="Prompt+response tokens kept (prompt cut left).")
     sft_min_reward: float = Field(0.5, description="`sft`: transitions at or above this return.")
     max_staleness: int = Field(4, ge=0, description="Versions behind the current one tolerated.")
-    staleness_policy: Literal["drop", "downweight"] = "drop"
+    staleness_policy: StalenessPolicy = "drop"
     staleness_weight: float = Field(
         0.5, gt=0, le=1, description="`downweight`: factor per version beyond max_staleness."
     )

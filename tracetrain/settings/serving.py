@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, Field
+
+from tracetrain.modes import EngineBackend, RegistryAlias
 
 
 class EngineSettings(BaseModel):
-    backend: Literal["embedded", "vllm"] = Field(
+    backend: EngineBackend = Field(
         "embedded", description="'embedded' (transformers + PEFT on CPU) or 'vllm' (GPU extra)."
     )
     host: str = "127.0.0.1"
@@ -30,7 +30,7 @@ class EngineSettings(BaseModel):
 
 
 class ReloaderSettings(BaseModel):
-    alias: Literal["latest", "production"] = Field(
+    alias: RegistryAlias = Field(
         "latest", description="Registered-model alias the engine follows."
     )
     poll_s: float = Field(2.0, gt=0, description="Seconds between registry polls.")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, Field
+
+from tracetrain.modes import CreditMode, LatePolicy, OnTimeout
 
 
 class AirRuleSettings(BaseModel):
@@ -39,10 +39,10 @@ class StreamsSettings(BaseModel):
         "once it has been quiet this long with nothing left to read; an end marker waits this long.",
     )
     timer_interval_s: float = Field(0.1, gt=0, description="How often closes/time-outs are checked.")
-    on_timeout: Literal["dlq", "emit"] = Field(
+    on_timeout: OnTimeout = Field(
         "dlq", description="A timed-out rollout: to the DLQ, or emitted with the rewards seen so far."
     )
-    late_policy: Literal["dlq", "ignore"] = Field(
+    late_policy: LatePolicy = Field(
         "dlq", description="Events for a closed rollout: to the DLQ (reason late_event) or only counted."
     )
     closed_retention_s: float = Field(
@@ -60,7 +60,7 @@ class StreamsSettings(BaseModel):
         "long a partition just read waits to be read again (Faust's fixed 1500 ms showed up in "
         "reward-to-transition latency).",
     )
-    credit: Literal["identical", "air", "discounted"] = "identical"
+    credit: CreditMode = "identical"
     gamma: float = Field(1.0, ge=0.0, le=1.0)
     select_agents: str | None = Field(None, description="Regex of agent names to train; None: all.")
     select_models: str | None = Field(None, description="Regex of model names to train; None: all.")
