@@ -24,6 +24,7 @@ from pathlib import Path
 
 from learner.errors import LearnerError
 from schemas import Codec
+from tracetrain.records import Checkpoint
 from tracetrain.settings import Settings
 
 
@@ -116,7 +117,7 @@ class CheckpointStore:
         if self._producer is None:
             self._producer = Producer({"bootstrap.servers": self.settings.kafka.bootstrap_servers,
                                        "enable.idempotence": True, "acks": "all"})
-        event = {
+        event: Checkpoint = {
             "model_name": self.model_name, "version": version, "policy_version": policy_version,
             "run_id": self.run_id, "step": step, "mode": self.settings.learner.mode,
             "source": source, "base_model": self.settings.base_model,

@@ -12,6 +12,8 @@ import socket
 import time
 import uuid
 
+from tracetrain.records import LlmCall, Reward, Span, SpanKind, SpanStatus, ToolCall, Usage
+
 _HOST = socket.gethostname()
 
 
@@ -25,13 +27,13 @@ def new_rollout_id() -> str:
     return f"ro-{uuid.uuid4().hex}"
 
 
-def new_span(kind: str, rollout_id: str, *, trace_id: str | None = None, span_id: str | None = None,
+def new_span(kind: SpanKind, rollout_id: str, *, trace_id: str | None = None, span_id: str | None = None,
              parent_id: str | None = None, attempt_id: str | None = None,
              task_id: str | None = None, agent_name: str = "", policy_name: str | None = None,
              start_time_ns: int | None = None, end_time_ns: int | None = None,
-             status: str = "ok", error_message: str | None = None, service: str = "",
-             attributes: dict[str, str] | None = None, llm: dict | None = None,
-             tool: dict | None = None) -> dict:
+             status: SpanStatus = "ok", error_message: str | None = None, service: str = "",
+             attributes: dict[str, str] | None = None, llm: LlmCall | None = None,
+             tool: ToolCall | None = None) -> Span:
     now = time.time_ns()
     return {
         "trace_id": trace_id or new_id(16),
@@ -58,8 +60,8 @@ def llm_part(model: str, *, policy_version: int | None = None, request_messages:
              response_text: str = "", prompt_token_ids: list[int] | None = None,
              response_token_ids: list[int] | None = None,
              response_logprobs: list[float] | None = None, finish_reason: str | None = None,
-             prompt_tokens: int | None = None, completion_tokens: int | None = None) -> dict:
-    usage = None
+             prompt_tokens: int | None = None, completion_tokens: int | None = None) -> LlmCall:
+    usage: Usage | None = None
     if prompt_tokens is not None or completion_tokens is not None:
         usage = {"prompt_tokens": int(prompt_tokens or 0),
                  "completion_tokens": int(completion_tokens or 0)}
@@ -76,13 +78,13 @@ def llm_part(model: str, *, policy_version: int | None = None, request_messages:
     }
 
 
-def tool_part(name: str, arguments: str = "{}", result: str | None = None, ok: bool = True) -> dict:
+def tool_part(name: str, arguments: str = "{}", result: str | None = None, ok: bool = True) -> ToolCall:
     return {"name": name, "arguments": arguments, "result": result, "ok": ok}
 
 
 def new_reward(rollout_id: str, value: float, *, final: bool = True, name: str | None = None,
                span_id: str | None = None, task_id: str | None = None,
-               agent_name: str | None = None, timestamp_ns: int | None = None) -> dict:
+               agent_name: str | None = None, timestamp_ns: int | None = None) -> Reward:
     return {
         "rollout_id": rollout_id,
         "value": float(value),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 
+from tracetrain.records import AirEvent, Span
 from tracetrain.settings.streams import AirRuleSettings
 
 JSON_FORMATS = {"json", "json_object", "json_schema"}
@@ -47,7 +48,7 @@ class AirRules:
         self.rules = rules
         self.timeout = re.compile(rules.timeout_pattern)
 
-    def fired(self, span: dict) -> list[tuple[str, str]]:
+    def fired(self, span: Span) -> list[tuple[str, str]]:
         """(rule name, credited span id) of every rule that applies to `span`."""
         attrs = span.get("attributes") or {}
         hits: list[tuple[str, str]] = []
@@ -79,9 +80,9 @@ class AirRules:
                 hits.append(("malformed_tool_call", span["span_id"]))
         return hits
 
-    def derive(self, span: dict, timestamp_ns: int | None = None) -> list[dict]:
+    def derive(self, span: Span, timestamp_ns: int | None = None) -> list[AirEvent]:
         """AirEvent records for `span` (rules with value 0 are off)."""
-        events = []
+        events: list[AirEvent] = []
         for rule, credited in self.fired(span):
             value = getattr(self.rules, rule)
             if value == 0:
