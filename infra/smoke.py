@@ -18,10 +18,11 @@ from rich.table import Table
 
 from infra import stack
 from schemas import Codec
+from tracetrain.records import Span
 from tracetrain.settings import Settings
 
 
-def _span(i: int, rollout_id: str) -> dict:
+def _span(i: int, rollout_id: str) -> Span:
     now = time.time_ns()
     return {
         "trace_id": uuid.uuid4().hex, "span_id": f"demo-{i}", "parent_id": None,
