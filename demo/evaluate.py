@@ -17,17 +17,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from demo.errors import DemoError
 from infra import processes, services
 from serving.reloader import Reloader
 from serving.service import ENGINE
-from tracetrain.errors import TracetrainError
 from tracetrain.settings import Settings
 
 HELD_OUT_SEED = 1_000_003  # never used for training problems (see demo/traffic.py)
 
 
-class EvalError(TracetrainError):
-    pass
+class EvalError(DemoError):
+    """No version to evaluate, or the engine could not load it."""
 
 
 @dataclass

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from demo.errors import DemoError
 from examples.calc import problems as calc_problems
 from examples.calc.agent import CalcAgent
 from examples.sql import databases as sql_databases
@@ -36,7 +37,7 @@ class Task:
         try:
             return reader(Path(path))
         except FileNotFoundError as exc:
-            raise ValueError(f"problems file {path} does not exist") from exc
+            raise DemoError(f"problems file {path} does not exist") from exc
 
     def agent(self, base_url: str, tracer=None, temperature: float = 0.0):
         if self.name == "calc" and self.front_end == "autogen":
@@ -57,9 +58,9 @@ class Task:
 
 def get_task(name: str, front_end: str = "openai") -> Task:
     if name not in TASKS:
-        raise ValueError(f"task {name!r}: expected one of {', '.join(TASKS)}")
+        raise DemoError(f"task {name!r}: expected one of {', '.join(TASKS)}")
     if front_end not in FRONT_ENDS[name]:
-        raise ValueError(f"front end {front_end!r} for task {name}: expected one of "
+        raise DemoError(f"front end {front_end!r} for task {name}: expected one of "
                          f"{', '.join(FRONT_ENDS[name])}")
     if name == "calc":
         # AutoGen's turns carry tool-call JSON, longer than the plain agent's one-line turns.
