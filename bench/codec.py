@@ -18,16 +18,12 @@ import io
 import json
 import random
 import statistics
-import sys
 import time
-from pathlib import Path
 
 from fastavro import schemaless_reader, schemaless_writer
 
 from schemas import Codec
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "schemas"))
-from records import span  # noqa: E402
+from testkit.records import span
 
 
 def _bare_encode(parsed, records):

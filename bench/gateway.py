@@ -3,7 +3,7 @@ calling that upstream directly, in the same run.
 
     .venv/bin/python -m bench.gateway [--requests 300] [--concurrency 8]
 
-Starts its own Kafka broker, the fixed upstream (`python -m producers.gateway.fixed_upstream`)
+Starts its own Kafka broker, the fixed upstream (`python -m testkit.fixed_upstream`)
 and the gateway as a detached stack service (`tracetrain gateway`), each its own process.
 Latency: sequential non-streamed chat calls alternating direct / through the gateway; added
 p50 and p99 are the differences of the percentiles; the gateway's own CPU time per call is
@@ -51,7 +51,7 @@ def main() -> None:
         home = settings.home_dir
         up_port = processes.free_port()
         upstream = processes.spawn(home, "fixed-upstream", [
-            sys.executable, "-m", "producers.gateway.fixed_upstream", str(up_port)],
+            sys.executable, "-m", "testkit.fixed_upstream", str(up_port)],
             address=f"127.0.0.1:{up_port}")
         try:
             processes.wait_until(lambda: processes.port_in_use("127.0.0.1", up_port), 30,

@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -27,13 +26,11 @@ import httpx
 from infra import mlflow_server, processes
 from serving.engine.server import make_server
 from serving.reloader import Reloader
+from testkit.serving import make_adapters, register_version
 from tracetrain.base_model import resolve_base_model
 from tracetrain.settings import load_settings
 from tracetrain.settings.infra import MlflowSettings
 from tracetrain.settings.serving import EngineSettings, ReloaderSettings
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "serving"))
-from conftest import make_adapters, register_version  # noqa: E402 (the tests' real helpers)
 
 
 def main() -> None:

@@ -35,7 +35,7 @@ from infra import processes, services, topics
 from infra.kafka import broker
 from schemas import Codec
 from streams.service import STREAMS
-from streams.workload import generate, interleave
+from testkit.workload import generate, interleave
 from tracetrain.settings import Settings, load_settings, settings_env
 from tracetrain.settings.infra import KafkaSettings, TopicSettings
 

@@ -13,10 +13,10 @@ from fastapi import FastAPI, Request
 from examples.calc.agent import CalcAgent
 from examples.calc.problems import Problem
 from infra import processes
-from producers.gateway.fixed_upstream import ServerThread
 from producers.publisher import Publisher
 from producers.tracer import Tracer
 from schemas import Codec
+from testkit.fixed_upstream import ServerThread
 
 pytestmark = pytest.mark.integration
 

@@ -15,11 +15,11 @@ from examples.calc.autogen_agent import AutoGenCalcAgent
 from examples.calc.problems import Problem
 from infra import processes, services
 from producers.gateway.app import create_app
-from producers.gateway.fixed_upstream import ServerThread
 from producers.publisher import Publisher
 from producers.tracer import Tracer
 from serving.service import ENGINE
 from serving.service import engine_url as service_url
+from testkit.fixed_upstream import ServerThread
 from tracetrain.settings import load_settings
 from tracetrain.settings.serving import EngineSettings
 

@@ -10,9 +10,9 @@ from test_calc_agent import _drain
 from examples.sql.agents import SqlTeam, extract_sql
 from examples.sql.databases import generate
 from infra import processes
-from producers.gateway.fixed_upstream import ServerThread
 from producers.publisher import Publisher
 from producers.tracer import Tracer
+from testkit.fixed_upstream import ServerThread
 
 pytestmark = pytest.mark.integration
 

@@ -4,8 +4,6 @@ and a three-broker cluster with replication 3."""
 from __future__ import annotations
 
 import random
-import sys
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer
@@ -13,11 +11,9 @@ from confluent_kafka import Consumer, Producer
 from infra import processes, topics
 from infra.kafka import broker
 from schemas import Codec
+from testkit.records import span
 from tracetrain.errors import ConfigError, InfraError
 from tracetrain.settings.infra import KafkaSettings, TopicSettings
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "schemas"))
-from records import span  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -92,11 +88,11 @@ def test_port_taken_is_a_clear_error(kafka_broker, tmp_path):
 
 
 @pytest.mark.slow
-def test_three_brokers_replicate_three_ways(tmp_path):
+def test_three_brokers_replicate_three_ways(kafka_home):
     base, cbase = _free_run(3), _free_run(3)
     kafka = KafkaSettings(port=base, controller_port=cbase, heap_mb=256, brokers=3)
     try:
-        started = broker.start(tmp_path, kafka, brokers=3)
+        started = broker.start(kafka_home, kafka, brokers=3)
         assert len(started) == 3
         bootstrap = broker.bootstrap(kafka, 3)
         settings = TopicSettings(prefix="three", replication=3, min_insync_replicas=2)
@@ -107,7 +103,7 @@ def test_three_brokers_replicate_three_ways(tmp_path):
         producer.produce(settings.spans, key=b"r", value=Codec().encode("Span", span()))
         assert producer.flush(30) == 0
     finally:
-        assert sorted(broker.stop(tmp_path)) == ["kafka-1", "kafka-2", "kafka-3"]
+        assert sorted(broker.stop(kafka_home)) == ["kafka-1", "kafka-2", "kafka-3"]
 
 
 def _free_run(n: int) -> int:

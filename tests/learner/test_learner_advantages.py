@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from learner_helpers import make_transition
 
 from learner.advantages import BaselineAdvantage, BatchAdvantage, GroupAdvantage, GroupBuffer
+from testkit.learner import make_transition
 
 
 def test_group_normalises_within_each_task():

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from learner_helpers import learner_settings, make_transition, produce
 
 from infra import processes, services, topics
 from learner.checkpoints import CheckpointStore
 from learner.loop import run_learner
 from learner.replay import replay
 from learner.service import LEARNER
+from testkit.learner import learner_settings, make_transition, produce
 from tracetrain.settings import load_settings
 from tracetrain.settings.infra import TopicSettings
 

@@ -7,12 +7,12 @@ import threading
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from learner_helpers import learner_settings, make_transition, produce
 
 from learner.batches import TransitionBatcher
 from learner.loop import run_learner
 from learner.trainer import PolicyTrainer
 from schemas import Codec
+from testkit.learner import learner_settings, make_transition, produce
 from tracetrain.deadletter import read_dead_letter_headers
 
 GOOD, BAD = [410, 411, 412, 2], [610, 611, 612, 2]

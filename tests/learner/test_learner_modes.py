@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from learner_helpers import learner_settings, make_transition, produce
 from mlflow import MlflowClient
 
 from learner.loop import run_learner
+from testkit.learner import learner_settings, make_transition, produce
 
 
 @pytest.mark.integration

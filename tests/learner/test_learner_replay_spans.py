@@ -8,7 +8,6 @@ import math
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from learner_helpers import learner_settings
 from mlflow import MlflowClient
 from typer.testing import CliRunner
 
@@ -17,7 +16,8 @@ from learner.replay import replay_spans
 from schemas import Codec
 from streams.replay import ReplayError
 from streams.service import STREAMS
-from streams.workload import generate, interleave, reference
+from testkit.learner import learner_settings
+from testkit.workload import generate, interleave, reference
 from tracetrain.cli import app
 
 pytestmark = pytest.mark.integration

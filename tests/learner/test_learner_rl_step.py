@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from learner_helpers import learner_settings, make_transition
-
 from learner.advantages import BatchAdvantage
 from learner.trainer import PolicyTrainer
+from testkit.learner import learner_settings, make_transition
 from tracetrain.settings import load_settings
 
 

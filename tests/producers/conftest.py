@@ -1,18 +1,16 @@
 """Fixtures of the producers tests: a broker of our own (so a test can stop and restart it
-without disturbing the session broker), and a consumer helper that reads back what arrived."""
+without disturbing the session broker), the fixed upstream and a gateway in front of it.
+Reading back what arrived: testkit.producers.consume."""
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 from pydantic import SecretStr
 
 from infra import processes, topics
 from infra.kafka import broker
-from schemas import Codec
 from tracetrain.settings import load_settings
 from tracetrain.settings.infra import KafkaSettings, TopicSettings
 
@@ -49,38 +47,10 @@ def own_settings(own_broker, tmp_path):
                                               "home": tmp_path})
 
 
-def consume(bootstrap: str, topic: str, expected: int, timeout_s: float = 60.0,
-            name: str = "Span", settle_s: float = 1.0) -> list[tuple[str, dict]]:
-    """(key, decoded value) of every record of `topic`, in partition order; waits for
-    `expected` records, then a little longer so that duplicates would show."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "log_level": 3})
-    meta = consumer.list_topics(topic, timeout=10).topics[topic]
-    consumer.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
-    codec = Codec()
-    out: list[tuple[str, dict]] = []
-    deadline = time.monotonic() + timeout_s
-    settle_until = None
-    try:
-        while time.monotonic() < deadline:
-            msgs = consumer.consume(1000, timeout=0.5)
-            for m in msgs:
-                if m.error():
-                    continue
-                out.append((m.key().decode(), codec.decode(m.value(), name)))
-            if len(out) >= expected:
-                settle_until = settle_until or time.monotonic() + settle_s
-                if time.monotonic() >= settle_until:
-                    break
-    finally:
-        consumer.close()
-    return out
-
-
 @pytest.fixture(scope="module")
 def upstream():
     """The fixed-response OpenAI-compatible server (the one allowed double: an engine)."""
-    from producers.gateway.fixed_upstream import ServerThread, app
+    from testkit.fixed_upstream import ServerThread, app
 
     server = ServerThread(app(), processes.free_port()).start()
     yield server
@@ -92,8 +62,8 @@ def gateway(kafka_settings, upstream, tmp_path):
     """A real gateway (uvicorn, own port) in front of `upstream`, publishing to this test's
     topics on the session broker. Yields (base url, settings, publisher)."""
     from producers.gateway.app import create_app
-    from producers.gateway.fixed_upstream import ServerThread
     from producers.publisher import Publisher
+    from testkit.fixed_upstream import ServerThread
 
     gw = kafka_settings.gateway.model_copy(update={
         "upstream_url": upstream.url + "/v1", "max_body_bytes": 64 * 1024,

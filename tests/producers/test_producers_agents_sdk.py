@@ -9,8 +9,9 @@ import json
 
 import pytest
 from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
-from conftest import consume
 from openai import AsyncOpenAI
+
+from testkit.producers import consume
 
 pytestmark = pytest.mark.integration
 

@@ -8,9 +8,9 @@ import json
 import httpx
 import openai
 import pytest
-from conftest import consume
 
-from producers.gateway.fixed_upstream import POLICY_VERSION, PROMPT_IDS
+from testkit.fixed_upstream import POLICY_VERSION, PROMPT_IDS
+from testkit.producers import consume
 
 pytestmark = pytest.mark.integration
 IDS = {"X-Rollout-Id": "ro-42", "X-Attempt-Id": "att-1", "X-Task-Id": "task-7",

@@ -10,7 +10,6 @@ from collections import defaultdict
 import httpx
 import openai
 import pytest
-from conftest import consume
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.instrumentation.openai import OpenAIInstrumentor
 from opentelemetry.sdk.resources import Resource
@@ -18,6 +17,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from producers.otel import TracetrainSpanExporter
+from testkit.producers import consume
 
 pytestmark = pytest.mark.integration
 

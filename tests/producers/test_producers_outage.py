@@ -13,10 +13,10 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
-from conftest import consume
 
 from producers.publisher import Publisher
 from producers.records import new_span
+from testkit.producers import consume
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 CHILD = Path(__file__).with_name("publish_child.py")

@@ -7,9 +7,9 @@ from __future__ import annotations
 import httpx
 import openai
 import pytest
-from conftest import consume
 
 from infra import processes, stack
+from testkit.producers import consume
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 

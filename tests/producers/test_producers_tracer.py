@@ -8,10 +8,10 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import consume
 
 from producers.publisher import Publisher
 from producers.tracer import Tracer
+from testkit.producers import consume
 
 pytestmark = pytest.mark.integration
 

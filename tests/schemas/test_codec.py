@@ -9,10 +9,10 @@ import json
 import avro.io
 import avro.schema
 import pytest
-from records import EXAMPLES, span, tool_span
 
 from schemas import Codec, CodecError, SchemaHistory
 from schemas.codec import SINGLE_OBJECT_MAGIC
+from testkit.records import EXAMPLES, span, tool_span
 
 
 def _floats_close(a, b):

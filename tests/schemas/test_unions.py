@@ -8,10 +8,10 @@ import io
 
 import pytest
 from fastavro import parse_schema, schemaless_writer
-from records import EXAMPLES, span, tool_span
 
 from schemas import Codec, CodecError
 from schemas.unions import branch_tagger
+from testkit.records import EXAMPLES, span, tool_span
 
 CODEC = Codec()
 SPAN = CODEC.history.current("Span")

@@ -1,23 +1,14 @@
-"""Serving fixtures: one real embedded engine process per session, the model for reference
-forward passes, and helpers that make real PEFT adapters of the default model."""
+"""Serving fixtures: one real embedded engine process per session and the model for reference
+forward passes (the helpers that make and register adapters are in testkit.serving)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import httpx
 import pytest
 
-from infra import processes, services
+from infra import services
 from serving.service import ENGINE
 from serving.service import engine_url as _engine_url
-from tracetrain.settings import load_settings
-from tracetrain.settings.serving import EngineSettings
-
-
-def engine_settings(home: Path, model_dir: Path, **engine):
-    return load_settings(home=home, base_model=str(model_dir),
-                         engine=EngineSettings(port=processes.free_port(), **engine))
+from testkit.serving import engine_settings
 
 
 @pytest.fixture(scope="session")
@@ -43,56 +34,3 @@ def reference(base_model_dir):
     tokenizer = AutoTokenizer.from_pretrained(base_model_dir)
     model = AutoModelForCausalLM.from_pretrained(base_model_dir).eval()
     return model, tokenizer
-
-
-def policy_info(url: str) -> dict:
-    return httpx.get(f"{url}/v1/policy", timeout=10).json()
-
-
-def make_adapters(model_dir: Path, out: Path, seeds: list[int], scale: float = 0.5) -> list[Path]:
-    """Real PEFT LoRA adapters of the default model, with random B weights so that each one
-    changes what the model says (a fresh LoRA has B = 0 and changes nothing)."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
-    peft_model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16,
-                                                  target_modules=["q_proj", "v_proj"]))
-    folders = []
-    for seed in seeds:
-        generator = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            for name, param in peft_model.named_parameters():
-                # Seeded A and B: the same seed gives the same adapter in every run.
-                if "lora_B" in name:
-                    param.copy_(torch.randn(param.shape, generator=generator) * scale)
-                elif "lora_A" in name:
-                    param.copy_(torch.randn(param.shape, generator=generator) * 0.05)
-        folder = out / f"adapter-{seed}"
-        peft_model.save_pretrained(folder)
-        folders.append(folder)
-    return folders
-
-
-def register_version(tracking_uri: str, model_name: str, folder: Path,
-                     alias: str | None = "production") -> int:
-    """Log `folder` to a run, register it as a new version of `model_name`, point `alias` at it
-    (None: only register; the reloader's `latest` follows the highest version)."""
-    import mlflow
-    from mlflow import MlflowClient
-
-    client = MlflowClient(tracking_uri=tracking_uri)
-    mlflow.set_tracking_uri(tracking_uri)
-    experiment = mlflow.set_experiment("serving-tests")
-    with mlflow.start_run(experiment_id=experiment.experiment_id) as run:
-        mlflow.log_artifacts(str(folder), artifact_path="adapter")
-    try:
-        client.create_registered_model(model_name)
-    except mlflow.exceptions.MlflowException:
-        pass  # already registered by an earlier version
-    version = client.create_model_version(model_name, source=f"{run.info.artifact_uri}/adapter",
-                                          run_id=run.info.run_id)
-    if alias:
-        client.set_registered_model_alias(model_name, alias, version.version)
-    return int(version.version)

@@ -7,7 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 import openai
 import pytest
 import torch
-from conftest import policy_info
+
+from testkit.serving import policy_info
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 

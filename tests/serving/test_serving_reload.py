@@ -9,11 +9,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from conftest import engine_settings, make_adapters, policy_info, register_version
 
 from infra import services
 from serving.reloader import Reloader
 from serving.service import ENGINE, engine_url
+from testkit.serving import engine_settings, make_adapters, policy_info, register_version
 from tracetrain.settings.infra import MlflowSettings
 from tracetrain.settings.serving import ReloaderSettings
 

@@ -10,11 +10,11 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from conftest import make_adapters, register_version
 
 from infra import processes
 from serving.reloader import Reloader
 from serving.vllm import vllm_argv, vllm_env
+from testkit.serving import make_adapters, register_version
 from tracetrain.settings import load_settings
 from tracetrain.settings.infra import MlflowSettings
 from tracetrain.settings.serving import EngineSettings, ReloaderSettings

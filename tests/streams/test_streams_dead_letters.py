@@ -4,9 +4,9 @@ one contract of `tracetrain.deadletter`, read back from the real broker."""
 from __future__ import annotations
 
 import pytest
-from conftest import consume, produce
 
 from learner.batches import TransitionBatcher
+from testkit.streams import consume, produce
 from tracetrain.deadletter import HEADER_NAMES, read_dead_letter_headers
 
 

@@ -8,10 +8,10 @@ import signal
 import time
 
 import pytest
-from conftest import consume, produce
 from test_streams_worker import check, read_transitions, worker_report
 
-from streams.workload import generate, interleave, reference
+from testkit.streams import consume, produce
+from testkit.workload import generate, interleave, reference
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from streams.air_rules import AirRules
 from streams.cleaning import Selector
 from streams.rollout import DUPLICATE, EXTRA_FINAL, LATE, Rollout
-from streams.workload import generate, reference, rollout_events
+from testkit.workload import generate, reference, rollout_events
 from tracetrain.settings.streams import StreamsSettings
 
 END = "tracetrain.rollout_end"

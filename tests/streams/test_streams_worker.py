@@ -9,10 +9,10 @@ import math
 import urllib.request
 
 import pytest
-from conftest import consume, produce
 
 from schemas import Codec
-from streams.workload import generate, interleave, reference
+from testkit.streams import consume, produce
+from testkit.workload import generate, interleave, reference
 from tracetrain.deadletter import read_dead_letter_headers
 
 pytestmark = pytest.mark.integration

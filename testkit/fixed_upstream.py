@@ -2,7 +2,7 @@
 a CPU machine), used by the gateway tests and `bench.gateway`. Not an engine: it returns the
 same completion with vLLM-style token ids and logprobs for every call.
 
-    python -m producers.gateway.fixed_upstream PORT
+    python -m testkit.fixed_upstream PORT   (from the repository root)
 
 Behaviour: model "fail-503" gets a 503 error body; model "strict-model" refuses
 `return_token_ids` with a 400 (as OpenAI does); a chat request with `tools` and no tool

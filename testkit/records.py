@@ -1,4 +1,5 @@
-"""Realistic example records of every schema, shared by the codec tests and bench.codec."""
+"""Realistic example records of every schema, shared by the codec tests, the broker
+tests and bench.codec."""
 
 from __future__ import annotations
 

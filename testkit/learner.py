@@ -1,4 +1,5 @@
-"""Helpers for the learner tests: Transition records, producing them, settings."""
+"""Helpers of the learner tests: Transition records, producing them to the transitions topic,
+learner settings on a given model."""
 
 from __future__ import annotations
 

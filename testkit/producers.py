@@ -1,0 +1,38 @@
+"""Reading what the producers published: every record of a topic, decoded."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from confluent_kafka import Consumer, TopicPartition
+
+from schemas import Codec
+
+
+def consume(bootstrap: str, topic: str, expected: int, timeout_s: float = 60.0,
+            name: str = "Span", settle_s: float = 1.0) -> list[tuple[str, dict]]:
+    """(key, decoded value) of every record of `topic`, in partition order; waits for
+    `expected` records, then a little longer so that duplicates would show."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "log_level": 3})
+    meta = consumer.list_topics(topic, timeout=10).topics[topic]
+    consumer.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
+    codec = Codec()
+    out: list[tuple[str, dict]] = []
+    deadline = time.monotonic() + timeout_s
+    settle_until = None
+    try:
+        while time.monotonic() < deadline:
+            msgs = consumer.consume(1000, timeout=0.5)
+            for m in msgs:
+                if m.error():
+                    continue
+                out.append((m.key().decode(), codec.decode(m.value(), name)))
+            if len(out) >= expected:
+                settle_until = settle_until or time.monotonic() + settle_s
+                if time.monotonic() >= settle_until:
+                    break
+    finally:
+        consumer.close()
+    return out

@@ -1,0 +1,70 @@
+"""Helpers of the serving tests and bench.reload: engine settings on a free port, the engine's
+policy endpoint, real PEFT LoRA adapters of the default model and registering them in MLflow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+
+from infra import processes
+from tracetrain.settings import load_settings
+from tracetrain.settings.serving import EngineSettings
+
+
+def engine_settings(home: Path, model_dir: Path, **engine):
+    return load_settings(home=home, base_model=str(model_dir),
+                         engine=EngineSettings(port=processes.free_port(), **engine))
+
+
+def policy_info(url: str) -> dict:
+    return httpx.get(f"{url}/v1/policy", timeout=10).json()
+
+
+def make_adapters(model_dir: Path, out: Path, seeds: list[int], scale: float = 0.5) -> list[Path]:
+    """Real PEFT LoRA adapters of the default model, with random B weights so that each one
+    changes what the model says (a fresh LoRA has B = 0 and changes nothing)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    peft_model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16,
+                                                  target_modules=["q_proj", "v_proj"]))
+    folders = []
+    for seed in seeds:
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, param in peft_model.named_parameters():
+                # Seeded A and B: the same seed gives the same adapter in every run.
+                if "lora_B" in name:
+                    param.copy_(torch.randn(param.shape, generator=generator) * scale)
+                elif "lora_A" in name:
+                    param.copy_(torch.randn(param.shape, generator=generator) * 0.05)
+        folder = out / f"adapter-{seed}"
+        peft_model.save_pretrained(folder)
+        folders.append(folder)
+    return folders
+
+
+def register_version(tracking_uri: str, model_name: str, folder: Path,
+                     alias: str | None = "production") -> int:
+    """Log `folder` to a run, register it as a new version of `model_name`, point `alias` at it
+    (None: only register; the reloader's `latest` follows the highest version)."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    mlflow.set_tracking_uri(tracking_uri)
+    experiment = mlflow.set_experiment("serving-tests")
+    with mlflow.start_run(experiment_id=experiment.experiment_id) as run:
+        mlflow.log_artifacts(str(folder), artifact_path="adapter")
+    try:
+        client.create_registered_model(model_name)
+    except mlflow.exceptions.MlflowException:
+        pass  # already registered by an earlier version
+    version = client.create_model_version(model_name, source=f"{run.info.artifact_uri}/adapter",
+                                          run_id=run.info.run_id)
+    if alias:
+        client.set_registered_model_alias(model_name, alias, version.version)
+    return int(version.version)
