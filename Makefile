@@ -36,8 +36,12 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest -q
 
+# Only the unit tests: no test that uses a broker, MLflow, the model or a stage's process
+# (markers derived from fixtures, tests/conftest.py). pytest's last line says how many ran.
+FAST_TIER := not integration and not mlflow and not model and not processes and not faults and not slow and not gpu
+
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not integration and not mlflow and not faults and not slow"
+	$(BIN)/python -m pytest -q -m "$(FAST_TIER)"
 
 lint: setup
 	$(BIN)/ruff check .

@@ -62,12 +62,12 @@ def test_status_with_nothing_running(tmp_path):
 
 @pytest.mark.integration
 @pytest.mark.mlflow
-def test_smoke_brings_the_stack_up_round_trips_spans_and_stops(tmp_path):
-    result = subprocess.run([TRACETRAIN, "smoke", "--spans", "5"], env=_env(tmp_path),
+def test_smoke_brings_the_stack_up_round_trips_spans_and_stops(stack_home):
+    result = subprocess.run([TRACETRAIN, "smoke", "--spans", "5"], env=_env(stack_home),
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert "kafka-1" in out and "mlflow" in out and "healthy" in out
     assert "read back 5/5 spans" in out
     assert "stopped mlflow, kafka-1" in out
-    assert processes.records(tmp_path) == []  # no pid file left: everything stopped
+    assert processes.records(stack_home) == []  # no pid file left: everything stopped
