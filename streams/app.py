@@ -17,13 +17,13 @@ import logging
 import time
 
 import faust
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from infra.topics import planned_partitions
 from streams.dlq import DeadLetters
 from streams.join import STALL_S, Join
 from streams.metrics import StreamsMetrics
 from streams.transport import App
+from streams.web import add_pages
 from tracetrain.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -126,10 +126,7 @@ def create_app(settings: Settings) -> tuple[App, Join]:
     async def on_shutdown(app, **kwargs):
         await join.shutdown()
 
-    @app.page("/metrics")
-    async def metrics_page(web, request):
-        # aiohttp refuses a charset inside content_type; Prometheus text is ASCII anyway
-        return web.bytes(generate_latest(metrics.registry), content_type=CONTENT_TYPE_LATEST.split(";")[0])
+    add_pages(app, metrics)  # /metrics, /state, /healthz
 
     return app, join
 

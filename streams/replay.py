@@ -16,6 +16,7 @@ from the result).
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.request
 from collections import Counter
@@ -23,12 +24,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from prometheus_client.parser import text_string_to_metric_families
 
 from infra import processes, services, topics
 from streams.errors import StreamsError
 from streams.join import DERIVED
 from streams.service import STREAMS
+from streams.web import state_url
 from tracetrain.settings import Settings
 
 REPLAY_IDLE_TIMEOUT_S = 10.0
@@ -171,11 +172,10 @@ def copy_history(settings: Settings, replay: Settings, spans_range: dict[int, tu
     return result
 
 
-def _scrape(url: str) -> dict[str, list[tuple[dict, float]]]:
-    text = urllib.request.urlopen(url, timeout=5).read().decode()
-    return {family.name: [(s.labels, s.value) for s in family.samples
-                          if not s.name.endswith("_created")]
-            for family in text_string_to_metric_families(text)}
+def _worker_state(url: str) -> dict:
+    """The worker's typed state (streams/web.py's /state page)."""
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return json.load(resp)
 
 
 def join_history(result: Rebuilt, timeout_s: float = 1800.0) -> Rebuilt:
@@ -187,13 +187,11 @@ def join_history(result: Rebuilt, timeout_s: float = 1800.0) -> Rebuilt:
     deadline = time.monotonic() + timeout_s
     try:
         while True:
-            metrics = _scrape(record.health_url)
-            lags = [value for _, value in metrics.get("tracetrain_streams_lag", [])]
-            read = {labels["topic"]: value for labels, value in
-                    metrics.get("tracetrain_streams_events_in", [])}
-            open_now = sum(v for _, v in metrics.get("tracetrain_streams_rollouts_open", []))
+            state = _worker_state(state_url(replay.streams))
+            lags = [lag for partitions in state["lag"].values() for lag in partitions.values()]
+            open_now = state["open_rollouts"]
             caught_up = len(lags) >= inputs and all(lag == 0 for lag in lags) and \
-                read.get("spans", 0) >= result.copied["spans"]
+                state["input_records"].get("spans", 0) >= result.copied["spans"]
             if caught_up and open_now == 0:
                 break
             if time.monotonic() > deadline:
@@ -202,10 +200,9 @@ def join_history(result: Rebuilt, timeout_s: float = 1800.0) -> Rebuilt:
             if not processes.pid_alive(record.pid):
                 raise ReplayError(f"the replay worker exited; see {record.log}")
             time.sleep(1.0)
-        result.transitions = int(sum(v for _, v in metrics.get("tracetrain_streams_transitions_out", [])))
-        result.closed = {labels["reason"]: v for labels, v in
-                         metrics.get("tracetrain_streams_rollouts_closed", [])}
-        result.dlq = {labels["reason"]: v for labels, v in metrics.get("tracetrain_streams_dlq", [])}
+        result.transitions = state["output_transitions"]
+        result.closed = state["closed_rollouts"]
+        result.dlq = state["dlq_records"]
     finally:
         processes.stop(replay.home_dir, record.name, timeout_s=30)
     return result

@@ -103,8 +103,9 @@ class Metrics:
         return generate_latest(self.registry)
 
 
+CONTENT_TYPE = CONTENT_TYPE_LATEST  # of /metrics
 # aiohttp (the Faust web server) refuses a charset inside content_type; the text is ASCII.
-CONTENT_TYPE = CONTENT_TYPE_LATEST.split(";")[0]
+AIOHTTP_CONTENT_TYPE = CONTENT_TYPE_LATEST.split(";")[0]
 
 
 def values(metric: Counter | Gauge, label: str | None = None) -> Any:
@@ -137,20 +138,20 @@ def configure_logging(level: str | int = "INFO") -> None:
     logging.captureWarnings(True)
 
 
-def _plain(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """JSON-safe: NaN and infinities (a loss before the first step) become null."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [json_safe(v) for v in value]
     return value
 
 
 def state_json(state: dict) -> bytes:
     """The body of a `/state` page."""
-    return json.dumps(_plain(state), sort_keys=True).encode()
+    return json.dumps(json_safe(state), sort_keys=True).encode()
 
 
 class StatusServer:
@@ -197,7 +198,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
         path = self.path.split("?", 1)[0].rstrip("/") or "/"
         if path == METRICS_PATH:
-            self._send(200, self.status.metrics.exposition(), CONTENT_TYPE_LATEST)
+            self._send(200, self.status.metrics.exposition(), CONTENT_TYPE)
         elif path == HEALTH_PATH:
             self._send(200, state_json({"ok": True, "stage": self.status.metrics.stage}))
         elif path == STATE_PATH:

@@ -11,6 +11,7 @@ import urllib.request
 import pytest
 
 from schemas import Codec
+from testkit.metrics import check_metrics, get_state
 from testkit.streams import consume, produce
 from testkit.workload import generate, interleave, reference
 from tracetrain.deadletter import read_dead_letter_headers
@@ -105,7 +106,7 @@ def test_2000_rollouts_and_bad_input(streams_settings, workers):
 
 
 def test_three_agent_rollouts_train_only_selected_agents(streams_settings, workers):
-    workers(streams_settings, select_agents="Writer|Rewriter")
+    worker = workers(streams_settings, select_agents="Writer|Rewriter")
     rollouts = generate(60, seed=4, agents=("Writer", "Rewriter", "Checker"), p_never_closed=0.0)
     produce(streams_settings, interleave(rollouts, seed=4))
     settings = streams_settings.model_copy(update={"streams": streams_settings.streams.model_copy(
@@ -115,3 +116,13 @@ def test_three_agent_rollouts_train_only_selected_agents(streams_settings, worke
     got = read_transitions(streams_settings, want, timeout_s=90)
     assert {t["agent_name"] for t in got} == {"Writer", "Rewriter"}
     check(got, want)
+    # The worker's pages: metric names under the scheme, and the typed state code reads.
+    base = f"http://{worker.address}"
+    names = check_metrics(base, "streams")
+    assert {"tracetrain_streams_output_transitions_total", "tracetrain_streams_lag_records",
+            "tracetrain_streams_closed_rollouts_total"} <= names
+    state = get_state(base)
+    assert state["output_transitions"] == len(want)
+    assert state["input_records"]["spans"] >= sum(len(g.spans) for g in rollouts)
+    assert sum(state["closed_rollouts"].values()) == len(rollouts)
+    assert all(isinstance(lag, int) for parts in state["lag"].values() for lag in parts.values())
