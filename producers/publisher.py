@@ -26,34 +26,42 @@ from functools import partial
 from pathlib import Path
 
 from confluent_kafka import KafkaException, Producer
-from prometheus_client import Counter, start_http_server
 
 from producers.errors import ProducerError
 from producers.spool import Spool
 from schemas import Codec
 from tracetrain.errors import Backpressure
+from tracetrain.observability import Metrics, StatusServer
 from tracetrain.settings import Settings
 
 log = logging.getLogger(__name__)
 
-RECORDS = Counter(
-    "tracetrain_publisher_records", "Records by outcome: sent (delivered), failed (given up), "
-    "spooled (went through the disk spool), retried (re-sent after a retriable error).",
-    ["publisher", "outcome"],
-)
-
-
-_metrics_server: list[int] = []
+# The metrics server of a tracer or exporter process (publisher.metrics_port): one per process,
+# however many publishers it holds; a process with its own web server (the gateway) exports
+# each publisher's `metrics` instead.
+_status: list[StatusServer] = []
+_served: list[Publisher] = []
 # While a caller published this recently, it serves the delivery reports (see publish()).
 _CALLER_POLLS_S = 0.01
 _POLL_EVERY = 32  # publishes between a caller's polls (also at least every _CALLER_POLLS_S / 2)
 
 
-def serve_metrics(port: int) -> None:
-    """Expose this process's Prometheus metrics on `port` (once per process)."""
-    if not _metrics_server:
-        start_http_server(port, addr="127.0.0.1")
-        _metrics_server.append(port)
+def serve_metrics(publisher: Publisher, port: int) -> StatusServer:
+    """Serve `publisher`'s metrics (and every other publisher's of this process) on `port`:
+    /metrics, /healthz, /state (records per outcome, per publisher)."""
+    _served.append(publisher)
+    if not _status:
+        metrics = Metrics("publisher")
+        _status.append(StatusServer(metrics, port=port, state=lambda: {
+            "publishers": {p.name: {**p.counts, "pending": p.pending()} for p in _served}}))
+    _status[0].metrics.register(publisher.metrics.registry)
+    return _status[0]
+
+
+def _unserve(publisher: Publisher) -> None:
+    if publisher in _served:
+        _served.remove(publisher)
+        _status[0].metrics.registry.unregister(publisher.metrics.registry)
 
 
 def producer_config(settings: Settings) -> dict:
@@ -88,14 +96,19 @@ class Publisher:
         self._spool = Spool(spool_dir or settings.home_dir / "spool" / name,
                             settings.publisher.spool_segment_mb * 1024 * 1024)
         self._producer = Producer(producer_config(settings))
-        if settings.publisher.metrics_port is not None:
-            serve_metrics(settings.publisher.metrics_port)
         self._lock = threading.Lock()  # order of spool appends == order handed to librdkafka
         self._done: deque = deque()
         self._settle_lock = threading.Lock()
         self._retry: deque = deque()
         self.counts = {"sent": 0, "failed": 0, "spooled": 0, "retried": 0}
-        self._metrics = {k: RECORDS.labels(name, k) for k in self.counts}
+        # Its own registry: the process that holds the publisher exports it (the gateway's
+        # /metrics, or serve_metrics below for a tracer or exporter).
+        self.metrics = Metrics("publisher")
+        records = self.metrics.counter(
+            "output", "records", "Records by outcome: sent (delivered), failed (given up), "
+            "spooled (went through the disk spool), retried (re-sent after a retriable error).",
+            ["publisher", "outcome"])
+        self._metrics = {k: records.labels(name, k) for k in self.counts}
         self._closing = False
         self._last_publish = self._polled_at = 0.0
         self._unpolled = 0
@@ -106,6 +119,8 @@ class Publisher:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"publisher-{name}", daemon=True)
         self._thread.start()
+        if settings.publisher.metrics_port is not None:
+            serve_metrics(self, settings.publisher.metrics_port)
 
     # -- the caller's side -------------------------------------------------------------------
 
@@ -181,6 +196,7 @@ class Publisher:
             self._closing = True
         self._stop.set()
         self._thread.join(timeout=5)
+        _unserve(self)
         self._spool.close()
         # Drop librdkafka now (not at garbage collection) so it stops reconnecting; whatever
         # it still held is in the spool for the next start.

@@ -14,15 +14,16 @@ def metric_names(text: str) -> set[str]:
             if line and not line.startswith("#")}
 
 
-def check_metrics(base_url: str, stage: str) -> set[str]:
+def check_metrics(base_url: str, *stages: str) -> set[str]:
     """GET `base_url`/metrics; assert it is Prometheus text whose every sample is named
-    `tracetrain_<stage>_<what>_<unit>`; the names, without their sample suffixes."""
+    `tracetrain_<stage>_<what>_<unit>` with one of `stages` (the gateway's page also holds
+    its publisher's); the sample names."""
     resp = httpx.get(f"{base_url}/metrics", timeout=10, follow_redirects=True)
     assert resp.status_code == 200, f"{base_url}/metrics answered {resp.status_code}"
     assert resp.headers["content-type"].startswith("text/plain"), resp.headers["content-type"]
     names = metric_names(resp.text)
-    pattern = scheme_pattern(stage)
-    off = sorted(n for n in names if not pattern.match(n))
+    patterns = [scheme_pattern(stage) for stage in stages]
+    off = sorted(n for n in names if not any(p.match(n) for p in patterns))
     assert names and not off, f"{base_url}/metrics: names outside the scheme: {off or 'none served'}"
     return names
 

@@ -7,7 +7,8 @@ Reads: OpenAI-style requests from agents (`/v1/chat/completions`, `/v1/completio
 OTLP/HTTP traces (`POST /v1/traces`). Forwards calls to `settings.gateway.upstream_url` (vLLM,
 the embedded engine, any OpenAI-compatible server) asking for token ids and logprobs.
 Writes: one Span per call (errors included) and Rewards, through the publisher.
-Serves `/metrics` (Prometheus) and `/healthz`.
+Serves `/metrics` (Prometheus: the gateway's and its publisher's), `/healthz` and `/state`
+(JSON: calls per route and status, the publisher's records per outcome).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from contextlib import asynccontextmanager
 import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from prometheus_client import Counter, Histogram, make_asgi_app
 
 from producers.gateway import capture
 from producers.gateway.guard import check_auth, read_json_body, validate_call
@@ -28,10 +28,9 @@ from producers.gateway.rewards import add_reward_routes
 from producers.publisher import Publisher
 from producers.records import new_id, new_span
 from tracetrain.errors import BadRequest
+from tracetrain.observability import CONTENT_TYPE, Metrics
 from tracetrain.settings import Settings
 
-CALLS = Counter("tracetrain_gateway_calls", "Calls by route and status class.", ["route", "status"])
-LATENCY = Histogram("tracetrain_gateway_upstream_seconds", "Upstream latency.", ["route"])
 # Hop-by-hop and length headers are recomputed by our server.
 _DROP = {"content-length", "transfer-encoding", "connection", "content-encoding", "keep-alive"}
 
@@ -61,10 +60,15 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
     upstream = gw.upstream_url.rstrip("/")
     keys = {k.get_secret_value() for k in gw.api_keys}
     state: dict = {}
+    metrics = Metrics("gateway")  # this app's own: two apps in one process never share counts
+    calls = metrics.counter("handled", "calls", "Calls by route and status class.",
+                            ["route", "status"])
+    latency = metrics.histogram("upstream_latency", "seconds", "Upstream latency.", ["route"])
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         state["pub"] = publisher or Publisher(settings, name="gateway")
+        metrics.register(state["pub"].metrics.registry)
         headers = {"authorization": f"Bearer {gw.upstream_api_key.get_secret_value()}"} \
             if gw.upstream_api_key else {}
         state["http"] = httpx.AsyncClient(timeout=gw.upstream_timeout_s, headers=headers)
@@ -76,13 +80,13 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
     app = FastAPI(title="tracetrain gateway", lifespan=lifespan)
     app.state.settings = settings
     app.state.shared = state
-    app.mount("/metrics", make_asgi_app())
+    app.state.metrics = metrics
 
     app.add_middleware(SizeLimit, limit=gw.max_body_bytes)
 
     @app.exception_handler(BadRequest)
     async def _bad_request(request: Request, exc: BadRequest):
-        CALLS.labels(request.url.path.rsplit("/", 1)[-1], f"{exc.status // 100}xx").inc()
+        calls.labels(request.url.path.rsplit("/", 1)[-1], f"{exc.status // 100}xx").inc()
         return JSONResponse({"error": {"message": exc.message, "type": "invalid_request_error",
                                        "param": exc.param}}, status_code=exc.status)
 
@@ -94,6 +98,23 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
     @app.get("/healthz")
     async def healthz():
         return {"ok": True, "pending": state["pub"].pending(), "counts": state["pub"].counts}
+
+    @app.get("/metrics")
+    async def metrics_page():
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE)
+
+    @app.get("/state")
+    async def state_page():
+        handled: dict[str, dict[str, int]] = {}
+        for family in calls.collect():
+            for sample in family.samples:
+                if sample.name.endswith("_total"):
+                    handled.setdefault(sample.labels["route"], {})[sample.labels["status"]] = \
+                        int(sample.value)
+        return {"handled_calls": handled, "publisher": state["pub"].name,
+                "published_records": dict(state["pub"].counts),
+                "pending_records": state["pub"].pending(),
+                "upstream_refuses_token_ids": bool(state.get("upstream_refuses_token_ids"))}
 
     async def models(request: Request, rollout_id: str | None = None):
         check_auth(request, keys)
@@ -135,7 +156,7 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
         except httpx.HTTPError as exc:
             message = f"upstream {upstream} unreachable: {exc!r}"
             _record(ids, span_id, start, kind, body, None, None, 502, message)
-            CALLS.labels(kind, "5xx").inc()
+            calls.labels(kind, "5xx").inc()
             return JSONResponse({"error": {"message": message, "type": "upstream_error"}},
                                 status_code=502, headers=out_headers)
         headers = {k: v for k, v in resp.headers.items() if k.lower() not in _DROP}
@@ -145,8 +166,8 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
             if body.get("stream"):
                 await resp.aread()
                 await resp.aclose()
-            LATENCY.labels(kind).observe((time.time_ns() - start) / 1e9)
-            CALLS.labels(kind, f"{resp.status_code // 100}xx").inc()
+            latency.labels(kind).observe((time.time_ns() - start) / 1e9)
+            calls.labels(kind, f"{resp.status_code // 100}xx").inc()
             try:
                 parsed = resp.json() if resp.status_code < 400 else None
             except ValueError:
@@ -167,8 +188,8 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
                     yield chunk
             finally:
                 await resp.aclose()
-                LATENCY.labels(kind).observe((time.time_ns() - start) / 1e9)
-                CALLS.labels(kind, "2xx").inc()
+                latency.labels(kind).observe((time.time_ns() - start) / 1e9)
+                calls.labels(kind, "2xx").inc()
                 _record(ids, span_id, start, kind, body, assembler.response(), policy_header,
                         resp.status_code, assembler.error)
 
