@@ -1,7 +1,8 @@
 """What the dashboard shows, gathered from the running processes every couple of seconds:
 the engine's policy version (/v1/policy), the reloader's loads (its state.json), the streams
-worker's transition count (/metrics), the learner's last metrics (its MLflow run), plus the
-agents' own episodes and the held-out evaluations the demo runs at each new version."""
+worker's transition count (its typed /state page, never the metric text), the learner's last
+metrics (its MLflow run), plus the agents' own episodes and the held-out evaluations the demo
+runs at each new version."""
 
 from __future__ import annotations
 
@@ -68,11 +69,9 @@ class Monitor:
 
     def _poll_transitions(self, s: Snapshot) -> None:
         try:
-            text = self._http.get(f"{self.streams_url}/metrics").text
-        except httpx.HTTPError:
-            return
-        total = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                    if line.startswith("tracetrain_streams_transitions_out_total"))
+            total = self._http.get(f"{self.streams_url}/state").json()["output_transitions"]
+        except (httpx.HTTPError, ValueError, KeyError):
+            return  # the worker is starting or rebalancing; keep the last count
         now = time.time()
         if self._last_count is not None and now > self._last_count[0]:
             rate = (total - self._last_count[1]) / (now - self._last_count[0])
