@@ -3,7 +3,8 @@
     tracetrain engine            # or: python -m serving.engine
 
 Routes: /health, /v1/models, /v1/policy, /v1/chat/completions, /v1/completions (both with
-`stream`), /v1/load_lora_adapter (vLLM's request shape), /v1/load_checkpoint (full weights).
+`stream`), /v1/load_lora_adapter (vLLM's request shape), /v1/load_checkpoint (full weights);
+/metrics (Prometheus, serving/engine/metrics.py), /state (JSON) and /healthz as every process.
 """
 
 from __future__ import annotations
@@ -15,16 +16,18 @@ import uuid
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from serving.engine import requests as shape
 from serving.engine.batcher import Batcher
 from serving.engine.decode import GenRequest, GenResult
+from serving.engine.metrics import CountCalls, EngineMetrics
 from serving.engine.policy import Policy
 from serving.engine.prompts import chat_prompt_ids, parse_tool_calls
 from serving.errors import LoadError
 from tracetrain.errors import BadRequest
+from tracetrain.observability import CONTENT_TYPE
 from tracetrain.settings.serving import EngineSettings
 
 HEADER = "X-Policy-Version"
@@ -40,6 +43,8 @@ def build_app(policy: Policy, settings: EngineSettings, base_name: str) -> FastA
     app = FastAPI(title="tracetrain embedded engine")
     app.state.batcher = batcher
     app.state.loads = []
+    metrics = app.state.metrics = EngineMetrics(policy, batcher)
+    app.add_middleware(CountCalls, metrics=metrics)
     context = min(settings.max_context, policy.context_length)
     tokenizer = policy.tokenizer
     names = {settings.served_name, base_name}
@@ -69,6 +74,18 @@ def build_app(policy: Policy, settings: EngineSettings, base_name: str) -> FastA
     async def health() -> dict:
         return {"status": "ok", **_policy_info()}
 
+    @app.get("/healthz")
+    async def healthz() -> dict:
+        return {"ok": True, "stage": "engine", **_policy_info()}
+
+    @app.get("/metrics")
+    async def metrics_page() -> Response:
+        return Response(metrics.metrics.exposition(), media_type=CONTENT_TYPE)
+
+    @app.get("/state")
+    async def state() -> dict:
+        return metrics.state()
+
     @app.get("/v1/policy")
     async def policy_info() -> dict:
         return {**_policy_info(), "loads": app.state.loads[-20:], "batches": batcher.batches,
@@ -82,7 +99,9 @@ def build_app(policy: Policy, settings: EngineSettings, base_name: str) -> FastA
              "policy_version": policy.policy_version} for name in sorted(names)]}
 
     async def _run(req: GenRequest) -> GenResult:
-        return await asyncio.wrap_future(batcher.submit(req))
+        result = await asyncio.wrap_future(batcher.submit(req))
+        metrics.finished(req, result)
+        return result
 
     def _stream(req: GenRequest, make_chunk, final_chunk) -> StreamingResponse:
         loop = asyncio.get_running_loop()
@@ -107,6 +126,7 @@ def build_app(policy: Policy, settings: EngineSettings, base_name: str) -> FastA
                     yield f"data: {json.dumps(make_chunk(ready[len(sent):], [event[1]]))}\n\n"
                     sent = ready
             result = future.result()
+            metrics.finished(req, result)
             rest = result.text[len(sent):] if result.text.startswith(sent) else ""
             yield f"data: {json.dumps(final_chunk(result, rest))}\n\n"
             yield "data: [DONE]\n\n"
@@ -191,11 +211,14 @@ def build_app(policy: Policy, settings: EngineSettings, base_name: str) -> FastA
             serving = await asyncio.wrap_future(batcher.submit_swap(swap))
         except LoadError as exc:
             app.state.loads.append({"path": path, "ok": False, "error": str(exc)})
+            metrics.loads.labels(kind, "failed").inc()
             return _error(400, f"load of {name!r} failed; policy_version "
                                f"{policy.policy_version} keeps serving: {exc}")
         seconds = time.monotonic() - started
         app.state.loads.append({"path": path, "ok": True, "policy_version": serving,
                                 "seconds": seconds})
+        metrics.loads.labels(kind, "ok").inc()
+        metrics.load_seconds.observe(seconds)
         return JSONResponse({"status": "ok", "lora_name": name, "policy_version": serving,
                              "load_seconds": seconds}, headers={HEADER: str(serving)})
 

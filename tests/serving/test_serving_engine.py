@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 import openai
 import pytest
 import torch
 
+from testkit.metrics import check_metrics, get_state
 from testkit.serving import policy_info
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
@@ -84,10 +86,19 @@ def test_sampling_honours_seed_temperature_and_stop(client, reference):
     assert stopped.choices[0].finish_reason == "stop"
 
 
-def test_over_context_request_is_a_400_that_says_so(client):
+def test_over_context_request_is_a_400_that_says_so(client, engine_url):
     with pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(model="policy", messages=QUESTION, max_tokens=100_000)
     assert "maximum context length is 2048" in str(info.value)
+    # the refusal is counted, under the scheme, and the typed state says so too
+    names = check_metrics(engine_url, "engine")
+    assert {"tracetrain_engine_handled_calls_total", "tracetrain_engine_generated_tokens_total",
+            "tracetrain_engine_policy_version"} <= names
+    text = httpx.get(f"{engine_url}/metrics").text
+    assert 'tracetrain_engine_handled_calls_total{route="chat",status="4xx"}' in text
+    state = get_state(engine_url)
+    assert state["handled_calls"]["chat"] >= 1 and state["policy_version"] >= 0
+    assert state["generated_tokens"] >= 0 and isinstance(state["checkpoint_loads"], dict)
 
 
 def test_completions_and_models(client):
