@@ -25,6 +25,7 @@ from threading import Event
 from learner.advantages import GroupBuffer, make_advantage
 from learner.batches import TransitionBatcher
 from learner.checkpoints import CheckpointStore, SavedCheckpoint
+from learner.metrics import LearnerMetrics
 from learner.trainer import PolicyTrainer
 from tracetrain.settings import Settings
 
@@ -57,8 +58,11 @@ def run_learner(
     stop: Event | None = None,
     on_step: Callable[[int, dict], None] | None = None,
     resume: bool = True,
+    metrics: LearnerMetrics | None = None,
 ) -> LoopResult:
+    """`metrics`: where the live figures go (the CLI serves them); a private one if unset."""
     learner = settings.learner
+    metrics = metrics or LearnerMetrics()
     experiment = experiment or settings.mlflow.experiment
     model_name = model_name or settings.mlflow.registered_model
     store = CheckpointStore(settings, experiment, model_name)
@@ -81,6 +85,7 @@ def run_learner(
         if buffer is not None:
             buffer.load_state_dict(extra["group_buffer"])
         result.resumed_from = int(version.version)
+        metrics.policy_version.set(policy_version)
         log.info("resumed from %s version %s (step %d)", model_name, version.version, policy.step)
 
     seen = [tid for step_ids in result.ledger for tid in step_ids]
@@ -90,6 +95,7 @@ def run_learner(
                                 stop_offsets=stop_offsets, seen_ids=seen,
                                 vocab_size=policy.vocab_size)
     batcher.counters.update(counters)
+    metrics.watch(batcher.counters)
     store.start_run(f"learner-{learner.mode}-{int(time.time())}",
                     {"experiment": experiment, "mode": learner.mode,
                      "base_model": settings.base_model, "resumed_from": str(result.resumed_from)})
@@ -109,6 +115,7 @@ def run_learner(
                            offsets=pending_offsets, metrics=result.metrics)
         policy_version += 1
         batcher.commit(pending_offsets)  # only now: the version holding them is registered
+        metrics.checkpointed(policy_version)
         result.checkpoints.append(saved)
         last_ckpt_t, last_ckpt_step = time.monotonic(), policy.step
         store.log_metrics({"register_s": saved.register_s}, policy.step)
@@ -142,14 +149,16 @@ def run_learner(
                 weights = [t["_weight"] for t in ready]
                 stale = [t["_staleness"] for t in ready]
                 advantages = advantage.compute(ready)
-                metrics = policy.train_step(ready, advantages, weights)
-                metrics["staleness"] = sum(stale) / len(stale)
-                result.metrics = metrics
+                step_started = time.monotonic()
+                step_metrics = policy.train_step(ready, advantages, weights)
+                step_metrics["staleness"] = sum(stale) / len(stale)
+                metrics.stepped(len(ready), step_metrics, time.monotonic() - step_started)
+                result.metrics = step_metrics
                 result.steps += 1
                 result.ledger.append([t["transition_id"] for t in ready])
-                store.log_metrics(metrics, policy.step)
+                store.log_metrics(step_metrics, policy.step)
                 if on_step:
-                    on_step(policy.step, {**metrics, "version": policy_version})
+                    on_step(policy.step, {**step_metrics, "version": policy_version})
             due_steps = policy.step - last_ckpt_step >= learner.checkpoint_every_steps
             due_time = (learner.checkpoint_every_s is not None and policy.step > last_ckpt_step
                         and time.monotonic() - last_ckpt_t >= learner.checkpoint_every_s)

@@ -8,7 +8,8 @@ MLflow reserves, means the highest version number) every
 each `tracetrain.checkpoints` record. Downloads the version's artifacts under
 `home/reloader/versions/N`, loads them into the engine (LoRA adapter or full weights), checks
 the engine reports the new version, and writes `home/reloader/state.json` (serving version,
-reload latencies, broken versions). Never moves to a lower version than one it has loaded; a
+reload latencies, broken versions; the same as JSON on `/state`, beside `/metrics` and
+`/healthz`, when `tracetrain reloader` serves them on `reloader.metrics_port`). Never moves to a lower version than one it has loaded; a
 version that fails `max_attempts` times is marked broken and not tried again; MLflow or engine
 outages are retried on the next poll without blaming the version.
 """
@@ -26,6 +27,7 @@ from pathlib import Path
 from serving.engine_client import EngineClient, EngineUnavailable
 from serving.errors import LoadError, ServingError
 from serving.service import engine_url
+from tracetrain.observability import Metrics, StatusServer
 from tracetrain.settings import Settings
 
 log = logging.getLogger("tracetrain.reloader")
@@ -55,6 +57,21 @@ class ReloaderState:
     last_error: str | None = None
 
 
+class ReloaderMetrics:
+    def __init__(self) -> None:
+        m = self.metrics = Metrics("reloader")
+        self.polls = m.counter("registry", "polls", "Registry polls.")
+        self.loads = m.counter("engine", "loads", "Loads into the engine by outcome (ok, failed).",
+                               ["outcome"])
+        self.load_seconds = m.histogram("load_duration", "seconds", "Download, load and check "
+                                        "of a version that loaded.",
+                                        buckets=(0.5, 1, 2, 5, 10, 30, 60, 120))
+        self.serving_version = m.gauge("serving", "version", "Registered version the engine "
+                                       "serves (0: none yet).")
+        self.policy_version = m.gauge("policy", "version", "policy_version the engine serves.")
+        self.broken = m.gauge("broken", "versions", "Versions marked broken (never retried).")
+
+
 def find_checkpoint(folder: Path) -> tuple[str, Path]:
     """('lora', dir) or ('full', dir): the shallowest folder holding a PEFT or HF checkpoint."""
     for marker, kind in (("adapter_config.json", "lora"), ("config.json", "full")):
@@ -80,6 +97,7 @@ class Reloader:
         self.folder = folder or settings.home_dir / "reloader"  # state.json, downloads
         self.folder.mkdir(parents=True, exist_ok=True)
         self.state = ReloaderState()
+        self.metrics = ReloaderMetrics()
         self._next_try: dict[int, float] = {}
         self._said: set[str] = set()
 
@@ -119,6 +137,7 @@ class Reloader:
 
     def step(self) -> bool:
         """Bring the engine to the alias's version if needed; True if a load happened."""
+        self.metrics.polls.inc()
         try:
             target = self.target()
         except ServingError as exc:
@@ -182,6 +201,10 @@ class Reloader:
         self.state.loads.append({"version": target.version, "policy_version":
                                  target.policy_version, "kind": kind, "seconds": seconds,
                                  "since_alias_s": since_registry, "at": time.time()})
+        self.metrics.loads.labels("ok").inc()
+        self.metrics.load_seconds.observe(seconds)
+        self.metrics.serving_version.set(target.version)
+        self.metrics.policy_version.set(target.policy_version)
         self._save()
         log.info("engine now serves version %s (policy_version %d, %s) after %.2fs",
                  key, target.policy_version, kind, seconds)
@@ -200,8 +223,10 @@ class Reloader:
         attempts = self.state.attempts.get(key, 0) + 1
         self.state.attempts[key] = attempts
         reason = f"{type(exc).__name__}: {exc}"
+        self.metrics.loads.labels("failed").inc()
         if attempts >= self.cfg.max_attempts:
             self.state.broken[key] = reason
+            self.metrics.broken.set(len(self.state.broken))
             self._error(f"version {key} failed {attempts} times, marked broken; staying on "
                         f"version {self.state.serving_version}: {reason}")
         else:
@@ -256,6 +281,11 @@ class Reloader:
                 log.info("checkpoint announced on %s; polling MLflow now", message.topic())
 
         return wait
+
+    def serve_status(self) -> StatusServer:
+        """/metrics, /healthz and /state (the state.json content) on reloader.metrics_port."""
+        return StatusServer(self.metrics.metrics, lambda: asdict(self.state),
+                            self.cfg.metrics_host, self.cfg.metrics_port)
 
     def _save(self) -> None:
         (self.folder / "state.json").write_text(json.dumps(asdict(self.state), indent=1))

@@ -10,9 +10,11 @@ from confluent_kafka import Consumer, TopicPartition
 
 from learner.batches import TransitionBatcher
 from learner.loop import run_learner
+from learner.metrics import LearnerMetrics, serve_status
 from learner.trainer import PolicyTrainer
 from schemas import Codec
 from testkit.learner import learner_settings, make_transition, produce
+from testkit.metrics import check_metrics, get_state
 from tracetrain.deadletter import read_dead_letter_headers
 
 GOOD, BAD = [410, 411, 412, 2], [610, 611, 612, 2]
@@ -63,8 +65,18 @@ def test_rl_learner_from_kafka_moves_logprobs_and_registers(kafka_settings, mlfl
         if sum(trained) >= 16:
             stop.set()
 
-    result = run_learner(settings, experiment=experiment, model_name=model, stop=stop,
-                         max_seconds=600, on_step=on_step)
+    metrics = LearnerMetrics()  # served as `tracetrain learner` serves them (port 0: a free one)
+    with serve_status(settings.learner.model_copy(update={"metrics_port": 0}), metrics) as server:
+        result = run_learner(settings, experiment=experiment, model_name=model, stop=stop,
+                             max_seconds=600, on_step=on_step, metrics=metrics)
+        names = check_metrics(server.url, "learner")
+        page = get_state(server.url)
+    assert {"tracetrain_learner_trained_steps_total", "tracetrain_learner_input_records_total",
+            "tracetrain_learner_policy_version", "tracetrain_learner_step_duration_seconds_bucket",
+            "tracetrain_learner_registered_checkpoints_total"} <= names
+    assert page["trained_steps"] == result.steps and page["trained_transitions"] == 16
+    assert page["registered_checkpoints"] == len(result.checkpoints) == page["policy_version"]
+    assert page["input_records"]["accepted"] == 16 and "loss" in page["last_step"]
     after = result.policy.response_logprob_sums(probe)
     assert sorted(t for ids in result.ledger for t in ids) == sorted(
         r["transition_id"] for r in records)

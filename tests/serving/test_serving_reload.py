@@ -13,6 +13,7 @@ import pytest
 from infra import services
 from serving.reloader import Reloader
 from serving.service import ENGINE, engine_url
+from testkit.metrics import check_metrics, get_state
 from testkit.serving import engine_settings, make_adapters, policy_info, register_version
 from tracetrain.settings.infra import MlflowSettings
 from tracetrain.settings.serving import ReloaderSettings
@@ -102,9 +103,20 @@ def test_corrupt_version_keeps_old_serving_and_is_not_retried_forever(reload_eng
                                          else data)
     version = register_version(reload_engine.mlflow.uri, reload_engine.mlflow.registered_model,
                                broken)
-    reloader = Reloader(reload_engine)
+    # port 0: its status pages on a free port
+    reloader = Reloader(reload_engine.model_copy(update={
+        "reloader": reload_engine.reloader.model_copy(update={"metrics_port": 0})}))
     reloader.state.serving_version = old  # as a reloader that loaded `old` would remember
-    state = reloader.run(max_seconds=4)
+    with reloader.serve_status() as server:
+        state = reloader.run(max_seconds=4)
+        names = check_metrics(server.url, "reloader")
+        text = httpx.get(f"{server.url}/metrics").text
+        page = get_state(server.url)
+    assert {"tracetrain_reloader_registry_polls_total", "tracetrain_reloader_broken_versions",
+            "tracetrain_reloader_serving_version"} <= names
+    attempts_made = reload_engine.reloader.max_attempts
+    assert f'tracetrain_reloader_engine_loads_total{{outcome="failed"}} {attempts_made}.0' in text
+    assert page["broken"] == state.broken and page["serving_version"] == old
     assert str(version) in state.broken
     assert "SafetensorsError" in state.broken[str(version)] or "cannot read" in \
         state.broken[str(version)]

@@ -9,6 +9,11 @@ from tracetrain.modes import AdvantageMode, LearnerMode, LossType, StalenessPoli
 
 class LearnerSettings(BaseModel):
     group_id: str = Field("tracetrain-learner", description="Consumer group on transitions.")
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = Field(
+        8200, ge=0, le=65535, description="`tracetrain learner` serves /metrics, /healthz and "
+        "/state here; 0 picks a free port."
+    )
     mode: LearnerMode = "rl"
     advantage: AdvantageMode = "group"
     batch_size: int = Field(8, ge=1, description="Transitions per micro-batch.")

@@ -45,3 +45,8 @@ class ReloaderSettings(BaseModel):
         None, description="Engine base URL; unset means http://engine.host:engine.port."
     )
     verify_timeout_s: float = Field(30.0, gt=0, description="Wait for the engine to report it.")
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = Field(
+        8300, ge=0, le=65535, description="`tracetrain reloader` serves /metrics, /healthz and "
+        "/state here; 0 picks a free port."
+    )
