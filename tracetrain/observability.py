@@ -48,6 +48,7 @@ UNITS = ("records", "events", "rollouts", "transitions", "calls", "tokens", "bat
          "ratio", "value")
 _PART = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+QUIET_LOGGERS = ("httpx", "httpcore")
 STATE_PATH, HEALTH_PATH, METRICS_PATH = "/state", "/healthz", "/metrics"
 
 log = logging.getLogger("tracetrain.observability")
@@ -142,6 +143,9 @@ def configure_logging(level: str | int = "INFO") -> None:
         level = number
     logging.basicConfig(level=level, format=LOG_FORMAT, force=True)
     logging.captureWarnings(True)
+    # httpx logs every request at INFO: the reloader's and the demo's polls would drown the log
+    for chatty in QUIET_LOGGERS:
+        logging.getLogger(chatty).setLevel(max(level, logging.WARNING))
 
 
 def json_safe(value: Any) -> Any:

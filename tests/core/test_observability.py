@@ -98,14 +98,18 @@ def test_a_taken_port_names_the_port():
 def test_configure_logging_once_replaces_instead_of_adding():
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
+    httpx_level = logging.getLogger("httpx").level
     try:
         configure_logging("debug")
         configure_logging("WARNING")
         ours = [h for h in root.handlers if isinstance(h, logging.StreamHandler)
                 and not isinstance(h, logging.FileHandler)]
         assert root.level == logging.WARNING and len(ours) == 1
+        configure_logging("INFO")
+        assert logging.getLogger("httpx").getEffectiveLevel() == logging.WARNING
         with pytest.raises(ObservabilityError, match="'LOUD'.*DEBUG, INFO"):
             configure_logging("LOUD")
     finally:
         root.handlers[:] = handlers
         root.setLevel(level)
+        logging.getLogger("httpx").setLevel(httpx_level)
