@@ -8,10 +8,11 @@ MLflow reserves, means the highest version number) every
 each `tracetrain.checkpoints` record. Downloads the version's artifacts under
 `home/reloader/versions/N`, loads them into the engine (LoRA adapter or full weights), checks
 the engine reports the new version, and writes `home/reloader/state.json` (serving version,
-reload latencies, broken versions; the same as JSON on `/state`, beside `/metrics` and
-`/healthz`, when `tracetrain reloader` serves them on `reloader.metrics_port`). Never moves to a lower version than one it has loaded; a
-version that fails `max_attempts` times is marked broken and not tried again; MLflow or engine
-outages are retried on the next poll without blaming the version.
+reload latencies, broken versions; the same JSON on `/state`, beside `/metrics` and
+`/healthz`, when `tracetrain reloader` serves them on `reloader.metrics_port`). Never moves
+to a lower version than one it has loaded; a version that fails `max_attempts` times is
+marked broken and not tried again; MLflow or engine outages are retried on the next poll
+without blaming the version.
 """
 
 from __future__ import annotations
