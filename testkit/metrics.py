@@ -24,7 +24,8 @@ def check_metrics(base_url: str, *stages: str) -> set[str]:
     names = metric_names(resp.text)
     patterns = [scheme_pattern(stage) for stage in stages]
     off = sorted(n for n in names if not any(p.match(n) for p in patterns))
-    assert names and not off, f"{base_url}/metrics: names outside the scheme: {off or 'none served'}"
+    assert names and not off, \
+        f"{base_url}/metrics: names outside the scheme: {off or 'none served'}"
     return names
 
 
