@@ -47,7 +47,8 @@ def test_short_loop_registers_reloads_and_serves_the_new_version(kafka_broker, m
     settings = load_settings(home=tmp_path, base_model=str(base_model_dir), kafka=kafka_broker,
                              mlflow=mlflow_server)
     free = {section: getattr(settings, section).model_copy(update={key: processes.free_port()})
-            for section, key in (("engine", "port"), ("gateway", "port"), ("streams", "web_port"))}
+            for section, key in (("engine", "port"), ("gateway", "port"), ("streams", "web_port"),
+                                 ("learner", "metrics_port"), ("reloader", "metrics_port"))}
     settings = settings.model_copy(update=free)
     opts = DemoOptions(task="calc", minutes=3.0, workers=4, mode="rl", n_eval=8,
                        version_eval_n=0, checkpoint_every=1)
