@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 
+from infra.processes import free_port
 from schemas import Codec
 
 
@@ -50,5 +51,7 @@ def produce(settings, records, partition: int | None = 0, raw: list[bytes] = ())
 
 
 def learner_settings(base, model_dir, **learner):
-    section = base.learner.model_copy(update={"group_id": f"g-{uuid.uuid4().hex[:8]}", **learner})
+    # its own status port: a learner process (the kill -9 test) never meets another's
+    section = base.learner.model_copy(update={"group_id": f"g-{uuid.uuid4().hex[:8]}",
+                                              "metrics_port": free_port(), **learner})
     return base.model_copy(update={"base_model": str(model_dir), "learner": section})
