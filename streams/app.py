@@ -14,13 +14,12 @@ duplicate one but never lose or alter it. Metrics: http://WEB_HOST:WEB_PORT/metr
 from __future__ import annotations
 
 import logging
-import time
 
 import faust
 
 from infra.topics import planned_partitions
 from streams.dlq import DeadLetters
-from streams.join import STALL_S, Join
+from streams.join import Join
 from streams.metrics import StreamsMetrics
 from streams.transport import App
 from streams.web import add_pages
@@ -100,23 +99,7 @@ def create_app(settings: Settings) -> tuple[App, Join]:
             return
         assigned = frozenset(tp.partition for tp in app.consumer.assignment() if tp.topic == topics.spans)
         await join.tick(assigned)
-        stalled = set(join.stalled(assigned, time.time()))
-        if stalled:
-            tps = [tp for tp in app.consumer.assignment()
-                   if (join.topic_short.get(tp.topic), tp.partition) in stalled]
-            sought = {}
-            for tp in tps:
-                short = join.topic_short[tp.topic]
-                metrics.fetch_resumed.labels(topic=short, partition=str(tp.partition)).inc()
-                offset = join.restart_offset(short, tp.partition)
-                if offset is not None:
-                    # Resets Faust's read position and aiokafka's fetch state of the partition.
-                    await app.consumer.seek(tp, offset)
-                    sought[f"{short}-{tp.partition}"] = offset
-            log.warning("no record processed for %.0f s from %s though records are left; "
-                        "resuming their fetch%s", STALL_S, sorted(stalled),
-                        f", from the committed offsets {sought}" if sought else "")
-            app.consumer.resume_partitions(tps)
+        await join.resume_stalled(app.consumer)
 
     @app.on_partitions_revoked.connect
     async def on_revoked(app, revoked, **kwargs):

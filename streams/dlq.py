@@ -17,9 +17,8 @@ class DeadLetters:
         self.metrics = metrics
 
     async def send(self, key: bytes | None, value: bytes | None, *, source_topic: str,
-                   partition: int, offset: int, reason: str, error: str, force: bool = False) -> Any:
-        """Queue the record; returns the delivery future (`force` sends now, not at commit).
-        `error` is the contract's detail (the join still passes it by that name)."""
-        headers = dead_letter_headers(source_topic, partition, offset, reason=reason, detail=error)
+                   partition: int, offset: int, reason: str, detail: str, force: bool = False) -> Any:
+        """Queue the record; returns the delivery future (`force` sends now, not at commit)."""
+        headers = dead_letter_headers(source_topic, partition, offset, reason=reason, detail=detail)
         self.metrics.dlq.labels(reason=reason).inc()
         return await self.topic.send(key=key, value=value, headers=headers, force=force)

@@ -1,6 +1,10 @@
-"""The rollout join as run by the Faust agents of `streams/app.py`: decode each record (bad
-ones to the DLQ), update the rollout's state in the table, close rollouts and emit their
-transitions. Reads spans, rewards, air; writes transitions, dlq and the table's changelog.
+"""The rollout join's Faust adapter, run by the agents and the timer of `streams/app.py`: it
+decodes each record (bad ones to the DLQ), hands it to the join core, and writes what the core
+decides: table entries, transitions, derived AirEvents, dead letters. Reads spans, rewards,
+air; writes transitions, air, dlq and the table's changelog. The decisions live apart, in plain
+Python that tests call directly: `streams/join_core.py` (events, the rollout store, which
+rollouts close), `streams/close_rules.py` (when one closes, what closing writes),
+`streams/positions.py` (read positions, lag, stalls); `streams/rollout.py` is one rollout.
 
 The table holds, per rollout_id, the rollout's state without its token lists
 (`Rollout.to_bytes(with_calls=False)`, small, rewritten on every event) and, under
@@ -27,38 +31,28 @@ event loop back to the agents every few milliseconds while it closes.
 from __future__ import annotations
 
 import asyncio
-import heapq
 import json
 import logging
 import os
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer
-from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
-from aiokafka.structs import TopicPartition
 from faust.types import TP
 
 from schemas import Codec, CodecError
-from streams.air_rules import AirRules
-from streams.cleaning import NO_TOKEN_IDS, Selector
+from streams.close_rules import plan_close
 from streams.dlq import DeadLetters
+from streams.join_core import RolloutJoin, record_problem
 from streams.metrics import StreamsMetrics
-from streams.rollout import ADDED, DUPLICATE, EXTRA_FINAL, LATE, Rollout
+from streams.offsets import Offsets
+from streams.positions import INPUTS, STALL_S
+from streams.rollout import DUPLICATE, LATE, Rollout
+from tracetrain.records import AirEvent
 from tracetrain.settings import Settings
 
-WATCHED = ("spans", "air")  # the streams a final reward waits for (see Rollout.close_reason)
-INPUTS = ("spans", "rewards", "air")
 SLICE_S = 0.01  # while closing, the timer lets the agents run at least this often
-# An assigned input partition with records left and none processed this long is resumed, and
-# sought to its committed offset if it delivered nothing since its assignment: after a
-# rebalance Faust can leave a partition out of its fetches for good (faust-streaming issue 629;
-# seen here as a survivor's lag gauge stuck above 0 in test_two_workers_kill_one, for the
-# partitions it took over; resuming alone did not end it there).
-STALL_S = 15.0
 # Header of the AirEvents this worker derives (they are most of what the air topic holds),
 # as aiokafka hands headers over: one (name, bytes) pair of a sequence.
 DERIVED = ("tracetrain-source", b"derived")
@@ -79,87 +73,28 @@ def call_key(key: bytes, span_id: str) -> bytes:
     return b"\x00" + key + b"\x00" + span_id.encode()
 
 
-class Offsets:
-    """End offsets of input partitions and the group's committed offsets, asked on clients
-    of our own. Asked through Faust's consumer, the ListOffsets request queued behind that
-    connection's fetch long-poll (Faust's 1.5 s then; streams/transport.py now shortens it): a
-    timer tick took ~1.4 s for it alone. Committed offsets come from the broker too, not from
-    Faust consumer's private `_committed_offset`, which it fills only at its own seek after
-    recovery and maps offset 0 to None: a partition missing there looked unread forever, and
-    its rollouts never closed."""
-
-    def __init__(self, bootstrap_servers: str, group_id: str, timeout_s: float = 5.0):
-        self.bootstrap_servers, self.group_id, self.timeout_s = bootstrap_servers, group_id, timeout_s
-        self.consumer: AIOKafkaConsumer | None = None
-        self.admin: AIOKafkaAdminClient | None = None
-
-    async def ends(self, tps: list[TP]) -> dict[TP, int]:
-        if self.consumer is None:
-            client = AIOKafkaConsumer(bootstrap_servers=self.bootstrap_servers, group_id=None,
-                                      enable_auto_commit=False,
-                                      request_timeout_ms=int(self.timeout_s * 1000))
-            await client.start()
-            self.consumer = client
-        ends = await asyncio.wait_for(
-            self.consumer.end_offsets([TopicPartition(tp.topic, tp.partition) for tp in tps]),
-            self.timeout_s)
-        return {TP(tp.topic, tp.partition): end for tp, end in ends.items()}
-
-    async def committed(self, tps: list[TP]) -> dict[TP, int]:
-        """The group's next offset to read per partition; -1 where it committed none."""
-        if self.admin is None:
-            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers,
-                                        request_timeout_ms=int(self.timeout_s * 1000))
-            await admin.start()
-            self.admin = admin
-        offsets = await asyncio.wait_for(self.admin.list_consumer_group_offsets(
-            self.group_id, partitions=[TopicPartition(tp.topic, tp.partition) for tp in tps]),
-            self.timeout_s)
-        found = {TP(tp.topic, tp.partition): meta.offset for tp, meta in offsets.items()}
-        return {tp: found.get(tp, -1) for tp in tps}
-
-    async def close(self) -> None:
-        consumer, admin, self.consumer, self.admin = self.consumer, self.admin, None, None
-        if consumer is not None:
-            await consumer.stop()
-        if admin is not None:
-            await admin.close()
-
-
 class Join:
+    """The Faust adapter of the rollout join: decodes records, hands them to the core
+    (`RolloutJoin`, which decides), and writes what it decides through Faust's producer (table
+    changelog, transitions, derived AirEvents) and the DLQ; asks the broker for offsets;
+    resumes stalled partitions. Holds no decisions of its own."""
+
     def __init__(self, settings: Settings, table: Any, dlq: DeadLetters, metrics: StreamsMetrics,
                  on_send_failure: Callable[[BaseException], None] = stop_now):
-        self.settings, self.cfg = settings, settings.streams
+        self.cfg, self.topics = settings.streams, settings.topics
         self.table, self.dlq, self.metrics = table, dlq, metrics
         self.on_send_failure = on_send_failure
         self.codec = Codec(registry_url=settings.schema_registry.url)
-        self.rules, self.selector = AirRules(self.cfg.air_rules), Selector.from_settings(self.cfg)
-        self.cache: dict[bytes, Rollout] = {}
-        self.open_keys: set[bytes] = set()  # cached rollouts not closed yet
-        self.waiting: set[bytes] = set()  # open rollouts with a final reward or end marker
-        # per partition, (settle_ns, key) of waiting rollouts: one closes by read position once
-        # every watched stream is read past its settle time, so a tick pops only those
-        # instead of asking each waiting rollout (most of a loaded worker's time, py-spy)
-        self.settle: dict[int, list[tuple[int, bytes]]] = {}
-        self.ending: set[bytes] = set()  # waiting on an end marker alone (wall-clock grace)
-        self.expiry: deque[tuple[float, bytes]] = deque()  # closed rollouts, oldest close first
+        self.core = RolloutJoin(self.cfg, load=self._load)
+        self.positions = self.core.positions
         # closes sent but not yet in the changelog: (send futures, key, state, kept span ids)
         self.unrecorded: list[tuple[list, bytes, Rollout, list[str]]] = []
-        self.watermark: dict[tuple[str, int], int] = {}   # highest record ts read, per stream
-        self.last_offset: dict[tuple[str, int], int] = {}  # offset of the last record processed
-        self.progressed: dict[tuple[str, int], float] = {}  # wall time of that record (or assignment)
-        self.quiet_since = time.time()
         self.assigned: frozenset[int] | None = None
         self.offsets = Offsets(settings.kafka.bootstrap_servers,
                                self.cfg.group_id(settings.topics.prefix))
-        self._lag_memo: dict[tuple[str, int], bool] | None = None
-        self.ends: dict[tuple[str, int], int] = {}  # end offsets, asked at `ends_at`
-        # the group's committed offsets, asked for partitions not read since their assignment
-        self.committed: dict[tuple[str, int], int] = {}
-        self.ends_at = 0.0
         self._last_full_scan = 0.0
-        self.topic_short = {settings.topics.spans: "spans", settings.topics.rewards: "rewards",
-                            settings.topics.air: "air"}
+        self.topic_short = {self.topics.spans: "spans", self.topics.rewards: "rewards",
+                            self.topics.air: "air"}
 
     # -- per record -------------------------------------------------------------------------
 
@@ -169,9 +104,7 @@ class Join:
         short = self.topic_short.get(msg.topic, msg.topic)
         ts_ns = int(msg.timestamp * 1e9)
         self.metrics.events_in.labels(topic=short).inc()
-        self.watermark[(short, msg.partition)] = max(self.watermark.get((short, msg.partition), 0), ts_ns)
-        self.last_offset[(short, msg.partition)] = msg.offset
-        self.progressed[(short, msg.partition)] = time.time()
+        self.positions.read(short, msg.partition, msg.offset, ts_ns, time.time())
         return short, ts_ns
 
     async def _decode(self, event: Any, name: str) -> tuple[dict | None, str, int, int]:
@@ -182,83 +115,51 @@ class Join:
         except CodecError as exc:
             await self._dead(event, exc.reason, str(exc))
             return None, short, msg.partition, ts_ns
-        key = event.key
-        if key is not None and key != record["rollout_id"].encode():
-            await self._dead(event, "key_mismatch",
-                             f"record key {key!r} differs from rollout_id {record['rollout_id']!r}; "
-                             "producers must key by rollout_id (co-partitioning)")
-            return None, short, msg.partition, ts_ns
-        if "\x00" in record["rollout_id"]:  # see call_key
-            await self._dead(event, "invalid_rollout_id",
-                             f"rollout_id {record['rollout_id']!r} contains NUL; expected text without it")
+        problem = record_problem(event.key, record)
+        if problem is not None:
+            await self._dead(event, *problem)
             return None, short, msg.partition, ts_ns
         return record, short, msg.partition, ts_ns
 
-    async def _dead(self, event: Any, reason: str, error: str) -> None:
+    async def _dead(self, event: Any, reason: str, detail: str) -> None:
         msg = event.message
         await self.dlq.send(event.key, event.value, source_topic=msg.topic, partition=msg.partition,
-                            offset=msg.offset, reason=reason, error=error)
+                            offset=msg.offset, reason=reason, detail=detail)
 
-    def _state(self, key: bytes, partition: int) -> Rollout:
-        state = self.cache.get(key)
-        if state is None:
-            raw = self.table.data.get(key)
-            state = self._restore(key, raw) if raw else Rollout(key.decode(), partition)
-            self._cache(key, state)
-        return state
+    def _load(self, key: bytes, partition: int) -> Rollout | None:
+        raw = self.table.data.get(key)
+        return self._restore(key, raw) if raw else None
 
     def _restore(self, key: bytes, raw: bytes) -> Rollout:
         starts = json.loads(raw)["starts"]
         calls = {span_id: self.table.data.get(call_key(key, span_id)) for span_id in starts}
         return Rollout.from_bytes(raw, {s: c for s, c in calls.items() if c is not None})
 
-    def _cache(self, key: bytes, state: Rollout) -> None:
-        self.cache[key] = state
-        if state.closed:
-            self.expiry.append((state.closed_wall or time.time(), key))
-        else:
-            self.open_keys.add(key)
-
-    async def _outcome(self, event: Any, short: str, outcome: str) -> bool:
-        """Count a record that changed nothing; True if it did change its rollout."""
-        if outcome == DUPLICATE:
+    async def _applied(self, event: Any, short: str, applied) -> bool:
+        """Count and dead-letter what the core decided for this event; True if it changed
+        its rollout (then the change is written and the rollout maybe closed)."""
+        if applied.outcome == DUPLICATE:
             self.metrics.duplicates.labels(topic=short).inc()
-        elif outcome == LATE:
+        elif applied.outcome == LATE:
             self.metrics.late.labels(topic=short).inc()
-            if self.cfg.late_policy == "dlq":
-                await self._dead(event, "late_event", "the rollout was already closed")
-        elif outcome == EXTRA_FINAL:
-            await self._dead(event, "extra_final_reward", "the rollout already has a final reward")
-        return outcome == ADDED
+        for reason, detail in applied.dead:
+            await self._dead(event, reason, detail)
+        if applied.changed:
+            await self._after_event(applied.key, applied.state, applied.new_call)
+        return applied.changed
 
-    async def on_span(self, event: Any) -> list[dict]:
+    async def on_span(self, event: Any) -> list[AirEvent]:
         """Join one span; returns the AirEvents derived from it (for the air topic)."""
         span, short, partition, ts_ns = await self._decode(event, "Span")
         if span is None:
             return []
-        verdict = self.selector.classify(span)
-        key = span["rollout_id"].encode()
-        state = self._state(key, partition)
-        outcome = state.add_span(span, verdict == "keep", ts_ns, time.time(), self.cfg.end_marker_attribute)
-        if not await self._outcome(event, short, outcome):
-            return []
-        if verdict == NO_TOKEN_IDS:  # re-tokenizing from messages is deferred (see cleaning.py)
-            await self._dead(event, NO_TOKEN_IDS, f"span {span['span_id']} of the trained policy "
-                             "carries no prompt/response token ids")
-        derived = self.rules.derive(span, ts_ns)
-        for air in derived:  # the join applies AIR at once; see on_air
-            state.add_air(air, ts_ns, time.time())
-        await self._after_event(key, state, span["span_id"] if verdict == "keep" else None)
-        return derived
+        applied = self.core.span(span, partition, ts_ns, time.time())
+        return applied.derived if await self._applied(event, short, applied) else []
 
     async def on_reward(self, event: Any) -> None:
         reward, short, partition, ts_ns = await self._decode(event, "Reward")
-        if reward is None:
-            return
-        key = reward["rollout_id"].encode()
-        state = self._state(key, partition)
-        if await self._outcome(event, short, state.add_reward(reward, ts_ns, time.time())):
-            await self._after_event(key, state)
+        if reward is not None:
+            await self._applied(event, short, self.core.reward(reward, partition, ts_ns, time.time()))
 
     async def on_air(self, event: Any) -> None:
         if DERIVED in tuple(map(tuple, event.message.headers or ())):
@@ -267,10 +168,7 @@ class Join:
         air, short, partition, ts_ns = await self._decode(event, "AirEvent")
         if air is None or air.get("source") == "derived":
             return  # derived events were applied when their span was joined
-        key = air["rollout_id"].encode()
-        state = self._state(key, partition)
-        if await self._outcome(event, short, state.add_air(air, ts_ns, time.time())):
-            await self._after_event(key, state)
+        await self._applied(event, short, self.core.air(air, partition, ts_ns, time.time()))
 
     async def _after_event(self, key: bytes, state: Rollout, new_call: str | None = None) -> None:
         # Stored even when this event closes the rollout: its offset may be committed before
@@ -279,162 +177,54 @@ class Join:
         if new_call is not None:  # before the state that names it: one partition keeps order
             await self._write(call_key(key, new_call), state.call_bytes(new_call), state.partition)
         await self._write(key, state.to_bytes(with_calls=False), state.partition)
-        reason = self._close_reason(state, time.time())
+        reason = self.core.after_change(key, state, time.time())
         if reason:
-            self._unwait(key)
             await self._close(key, state, reason)
-        else:
-            self._wait(key, state)
-
-    def _wait(self, key: bytes, state: Rollout) -> None:
-        """Index an open rollout that has a final reward or end marker for the tick."""
-        if state.final_ts_ns is not None and state.starts:
-            # pushed again at each event: a later span moves the settle time; stale entries
-            # are popped and found not closable yet, then the newer one follows
-            heapq.heappush(self.settle.setdefault(state.partition, []),
-                           (state.settle_ns(self.cfg.close_grace_s), key))
-        elif state.end_ts_ns is not None:
-            self.ending.add(key)
-        else:
-            return
-        self.waiting.add(key)
-
-    def _unwait(self, key: bytes) -> None:
-        self.waiting.discard(key)
-        self.ending.discard(key)
-
-    def _candidates(self, assigned: frozenset[int]) -> list[bytes]:
-        """Waiting rollouts that may close now: read past their settle time, on a partition
-        read to its end (the quiet-and-drained rule), or waiting on an end marker."""
-        found = list(self.ending)
-        drained = set()
-        for p in assigned:
-            heap = self.settle.get(p)
-            if heap:
-                read = min(self.watermark.get((s, p), 0) for s in WATCHED)
-                while heap and heap[0][0] < read:
-                    found.append(heapq.heappop(heap)[1])
-            if not any(self._lagging(s, p) for s in WATCHED):
-                drained.add(p)
-        if drained:
-            found += [k for k in self.waiting if (st := self.cache.get(k)) is not None and st.partition in drained]
-        return list(dict.fromkeys(found))
 
     # -- closing ----------------------------------------------------------------------------
-
-    def _close_reason(self, state: Rollout, now: float) -> str | None:
-        p = state.partition
-
-        def read_past(ts_ns: int) -> bool:
-            # Strictly after: many records share one millisecond timestamp.
-            return all(self.watermark.get((s, p), 0) > ts_ns for s in WATCHED)
-
-        def drained(since_wall: float) -> bool:
-            # End offsets asked no earlier than `since_wall`, and all of them processed.
-            return self.ends_at >= since_wall and not any(self._lagging(s, p) for s in WATCHED)
-
-        # Idle in event time, not only on the wall clock: while this partition still has
-        # records to read, its rollouts are not idle, they are behind.
-        behind = any(self._lagging(s, p) for s in INPUTS)
-        idle_timeout = float("inf") if behind else self.cfg.idle_timeout_s
-        return state.close_reason(now, read_past, drained, self.cfg.close_grace_s, idle_timeout,
-                                  self.quiet_since)
-
-    def _lagging(self, short: str, partition: int) -> bool:
-        """Are there records of `short`[partition] this worker has not processed yet?
-        Memoised for one timer tick (`_lag_memo`), which asks it for every open rollout."""
-        if self._lag_memo is not None:
-            memo_key = (short, partition)
-            if memo_key not in self._lag_memo:
-                self._lag_memo[memo_key] = self._lagging_now(short, partition)
-            return self._lag_memo[memo_key]
-        return self._lagging_now(short, partition)
-
-    def _lagging_now(self, short: str, partition: int) -> bool:
-        unread = self._unread(short, partition)
-        return unread is None or unread > 0
-
-    def _unread(self, short: str, partition: int) -> int | None:
-        """Records of `short`[partition] not processed by this worker; None: not known yet."""
-        end = self.ends.get((short, partition))
-        if end is None:
-            return None  # not asked yet
-        done = self.last_offset.get((short, partition))
-        if done is not None:
-            return max(0, end - done - 1)
-        if end == 0:
-            return 0
-        # Nothing processed here since this worker got the partition: caught up if the
-        # group's committed offset (the next one to read) is at the end, as after a restart
-        # or a takeover whose previous owner had read everything.
-        committed = self.committed.get((short, partition))
-        return None if committed is None else end - max(committed, 0)
 
     async def refresh_ends(self, assigned: frozenset[int]) -> None:
         """Ask the broker for the end offsets of this worker's input partitions (and the
         committed offsets of those it has read nothing of). On failure the old ones stay, and
-        so does `ends_at`: no rollout counts as caught up by them."""
+        so does their time: no rollout counts as caught up by them."""
         if not assigned:
             return
         asked = time.time()
-        names = self.settings.topics.name
-        tps = [TP(names(s), p) for s in INPUTS for p in assigned]
-        unread = [tp for tp in tps if (self.topic_short[tp.topic], tp.partition) not in self.last_offset
-                  and (self.topic_short[tp.topic], tp.partition) not in self.committed]
+        streams = [(s, p) for s in INPUTS for p in assigned]
+        unread = self.positions.unknown_committed(streams)
         try:
-            ends = await self.offsets.ends(tps)
-            committed = await self.offsets.committed(unread) if unread else {}
+            ends = await self.offsets.ends([self._tp(s) for s in streams])
+            committed = await self.offsets.committed([self._tp(s) for s in unread]) if unread else {}
         except (KafkaError, TimeoutError, OSError) as exc:
-            log.warning("offsets of %d partitions unknown (%r); asking again next tick", len(tps), exc)
+            log.warning("offsets of %d partitions unknown (%r); asking again next tick", len(streams), exc)
             return
-        self.ends = {(self.topic_short[tp.topic], tp.partition): end for tp, end in ends.items()}
-        self.committed.update({(self.topic_short[tp.topic], tp.partition): offset
-                               for tp, offset in committed.items()})
-        self.ends_at = asked
-        for short, partition in self.ends:
-            lag = self._unread(short, partition)
-            self.metrics.lag.labels(topic=short, partition=str(partition)).set(-1 if lag is None else lag)
+        lags = self.positions.update(self._by_stream(ends), self._by_stream(committed), asked)
+        for (short, partition), lag in lags.items():
+            self.metrics.lag.labels(topic=short, partition=str(partition)).set(lag)
+
+    def _tp(self, stream: tuple[str, int]) -> TP:
+        return TP(self.topics.name(stream[0]), stream[1])
+
+    def _by_stream(self, offsets: dict[TP, int]) -> dict[tuple[str, int], int]:
+        return {(self.topic_short[tp.topic], tp.partition): o for tp, o in offsets.items()}
 
     async def _close(self, key: bytes, state: Rollout, reason: str) -> None:
         """Send what closing produces; `record_closes` writes the tombstone once Kafka has it."""
         kept = list(state.calls)
-        futures = await self._emit(key, state, reason)
-        self.open_keys.discard(key)
-        self.expiry.append((state.closed_wall or time.time(), key))
-        self.unrecorded.append((futures, key, state, kept))
-
-    async def _emit(self, key: bytes, state: Rollout, reason: str) -> list:
-        """Send what closing `state` produces; mark it closed. Returns the delivery futures."""
-        cfg, topics = self.cfg, self.settings.topics
-        sends: list[tuple[Any, bytes, bytes, dict]] = []  # (topic, key, value, dlq fields)
-        if reason != "timeout" or cfg.on_timeout == "emit":
-            _, unknown = state.intermediate(state.ordered_calls())
-            for span_id in unknown:
-                body = json.dumps({"rollout_id": state.rollout_id, "span_id": span_id}).encode()
-                sends.append((None, key, body, {
-                    "source_topic": topics.air, "reason": "unknown_span",
-                    "error": f"intermediate reward for span {span_id} that is not in the rollout"}))
-            for record in state.transitions(reason, cfg.credit, cfg.gamma, cfg.idle_timeout_s):
-                sends.append((topics.transitions, key, self.codec.encode("Transition", record), {}))
-        else:
-            what = "unknown_rollout" if not state.starts else "rollout_timeout"
-            summary = {"rollout_id": state.rollout_id, "spans": sorted(state.starts),
-                       "rewards": list(state.rewards.values())}
-            sends.append((None, key, json.dumps(summary).encode(), {
-                "source_topic": topics.spans, "reason": what,
-                "error": f"no final reward or end marker within {cfg.idle_timeout_s}s"}))
+        plan = plan_close(state, reason, self.cfg, self.topics.spans, self.topics.air)
         # Closed at once, before any await: events arriving meanwhile count as late.
-        state.close(reason, time.time())
+        self.core.closing(key, state, reason, time.time())
         futures = []
-        for topic, k, value, dead in sends:
-            if topic is None:
-                futures.append(await self.dlq.send(k, value, partition=state.partition, offset=-1,
-                                                   force=True, **dead))
-            else:
-                futures.append(await self._send(topic, k, value, None))
-                self.metrics.transitions_out.inc()
+        for dead in plan.dead_letters:
+            futures.append(await self.dlq.send(key, dead.body, source_topic=dead.source_topic,
+                                               partition=state.partition, offset=-1, force=True,
+                                               reason=dead.reason, detail=dead.detail))
+        for record in plan.transitions:
+            futures.append(await self._send(self.topics.transitions, key,
+                                            self.codec.encode("Transition", record), None))
+            self.metrics.transitions_out.inc()
         self.metrics.rollouts_closed.labels(reason=reason).inc()
-        return futures
+        self.unrecorded.append((futures, key, state, kept))
 
     async def record_closes(self) -> None:
         """Write the tombstones (and delete the calls) of closes whose sends Kafka has
@@ -473,7 +263,7 @@ class Join:
 
     async def publish_air(self, record: dict, partition: int) -> None:
         """Publish a derived AirEvent on the air topic, in its span's partition."""
-        await self._send(self.settings.topics.air, record["rollout_id"].encode(),
+        await self._send(self.topics.air, record["rollout_id"].encode(),
                          self.codec.encode("AirEvent", record), partition, [DERIVED])
 
     async def _send(self, topic: str, key: bytes, value: bytes | None, partition: int | None,
@@ -492,33 +282,26 @@ class Join:
     # -- timer ------------------------------------------------------------------------------
 
     def on_revoked(self) -> None:
-        """Forget the read positions with the rollouts: the next owner of a partition (maybe
-        this worker again) reads it from the committed offset, which `_lagging` then asks."""
-        for state in (self.cache, self.open_keys, self.waiting, self.settle, self.ending,
-                      self.expiry, self.watermark, self.last_offset, self.committed,
-                      self.progressed):
-            state.clear()
+        """Forget the rollouts and read positions: the next owner of a partition (maybe this
+        worker again) reads it from the committed offset."""
+        self.core.forget()
         self.metrics.lag.clear()
         self.assigned = None
 
     async def _rebuild(self, assigned: frozenset[int]) -> None:
-        restored = []
+        found = []
         for key, raw in list(self.table.data.items()):
-            if raw and not key.startswith(b"\x00") and key not in self.cache:
+            if raw and not key.startswith(b"\x00") and key not in self.core.rollouts:
                 state = self._restore(key, raw)
                 if state.partition in assigned:
-                    restored.append((key, state))
-        restored.sort(key=lambda item: item[1].closed_wall or 0.0)  # expiry: oldest first
-        for key, state in restored:
-            self._cache(key, state)
-            if not state.closed:
-                self._wait(key, state)
+                    found.append((key, state))
+        self.core.restored(assigned, found, time.time())
         # Calls of closed rollouts left by a crash between tombstone and deletes (record_closes)
         for key in [k for k in self.table.data if k.startswith(b"\x00")]:
-            owner = self.cache.get(key[1:].split(b"\x00", 1)[0])
+            owner = self.core.rollouts.get(key[1:].split(b"\x00", 1)[0])
             if owner is not None and owner.closed and owner.partition in assigned:
                 await self._write(key, None, owner.partition)
-        self.assigned, self.quiet_since = assigned, time.time()
+        self.assigned = assigned
 
     async def tick(self, assigned: frozenset[int]) -> None:
         """Record finished closes, close what may close, forget tombstones past retention."""
@@ -532,53 +315,36 @@ class Join:
         full = now - self._last_full_scan >= 1.0
         if full:
             self._last_full_scan = now
-        self._lag_memo = {}
         slice_end = time.monotonic() + SLICE_S
-        try:
-            for key in list(self.open_keys) if full else self._candidates(assigned):
-                state = self.cache.get(key)
-                if state is None or state.closed or state.partition not in assigned:
-                    self._unwait(key)
-                    continue
-                reason = self._close_reason(state, now)
-                if reason:
-                    self._unwait(key)
-                    await self._close(key, state, reason)
-                if time.monotonic() >= slice_end:
-                    await asyncio.sleep(0)
-                    slice_end = time.monotonic() + SLICE_S
-        finally:
-            self._lag_memo = None
-        await self._expire(now)
-        self.metrics.rollouts_open.set(len(self.open_keys))
+        for key, state, reason in self.core.due(assigned, now, full):
+            await self._close(key, state, reason)
+            if time.monotonic() >= slice_end:
+                await asyncio.sleep(0)
+                slice_end = time.monotonic() + SLICE_S
+        for key, state in self.core.expired(now):
+            await self._write(key, None, state.partition)
+        self.metrics.rollouts_open.set(len(self.core.open_keys))
 
-    def stalled(self, assigned: frozenset[int], now: float) -> list[tuple[str, int]]:
-        """Assigned input partitions with records left to read and none processed for STALL_S
-        (each reported at most once per STALL_S)."""
-        found = []
-        for short in INPUTS:
-            for p in assigned:
-                since = self.progressed.setdefault((short, p), now)
-                if now - since >= STALL_S and self._unread(short, p):
-                    found.append((short, p))
-                    self.progressed[(short, p)] = now
-        return found
-
-    def restart_offset(self, short: str, partition: int) -> int | None:
-        """Where a stalled partition is read again from: the group's committed offset, for a
-        partition that has delivered nothing since this worker got it (the stall seen after
-        takeovers). None where records were processed (Faust's buffers may still hold the
-        next ones: a seek would deliver them twice) or the committed offset is not known."""
-        if (short, partition) in self.last_offset:
-            return None
-        committed = self.committed.get((short, partition))
-        return None if committed is None else max(committed, 0)
-
-    async def _expire(self, now: float) -> None:
-        retention = self.cfg.closed_retention_s
-        while self.expiry and now - self.expiry[0][0] > retention:
-            _, key = self.expiry.popleft()
-            state = self.cache.get(key)
-            if state is not None and state.closed:
-                await self._write(key, None, state.partition)
-                del self.cache[key]
+    async def resume_stalled(self, consumer: Any) -> None:
+        """Resume the fetch of assigned input partitions with records left and none processed
+        for STALL_S, seeking those that delivered nothing since their assignment to the
+        committed offset (faust-streaming issue 629; see streams/positions.py)."""
+        assignment = consumer.assignment()
+        assigned = frozenset(tp.partition for tp in assignment if tp.topic == self.topics.spans)
+        stalled = set(self.positions.stalled(assigned, time.time()))
+        if not stalled:
+            return
+        tps = [tp for tp in assignment if (self.topic_short.get(tp.topic), tp.partition) in stalled]
+        sought = {}
+        for tp in tps:
+            short = self.topic_short[tp.topic]
+            self.metrics.fetch_resumed.labels(topic=short, partition=str(tp.partition)).inc()
+            offset = self.positions.restart_offset(short, tp.partition)
+            if offset is not None:
+                # Resets Faust's read position and aiokafka's fetch state of the partition.
+                await consumer.seek(tp, offset)
+                sought[f"{short}-{tp.partition}"] = offset
+        log.warning("no record processed for %.0f s from %s though records are left; "
+                    "resuming their fetch%s", STALL_S, sorted(stalled),
+                    f", from the committed offsets {sought}" if sought else "")
+        consumer.resume_partitions(tps)

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from streams.credit import assign
+from tracetrain.records import Transition
 
 ADDED, DUPLICATE, LATE, EXTRA_FINAL = "added", "duplicate", "late_event", "extra_final_reward"
 
@@ -212,13 +213,14 @@ class Rollout:
             return self.end_ts_ns
         return self.last_ts_ns + int(idle_timeout_s * 1e9)
 
-    def transitions(self, reason: str, mode: str, gamma: float, idle_timeout_s: float) -> list[dict]:
+    def transitions(self, reason: str, mode: str, gamma: float,
+                    idle_timeout_s: float) -> list[Transition]:
         """One Transition record per kept call, in call order."""
         order = self.ordered_calls()
         inter, _ = self.intermediate(order)
         credits = assign(mode, self.final_reward(), inter, gamma)
         emitted = self.emitted_ns(reason, idle_timeout_s)
-        out = []
+        out: list[Transition] = []
         for turn, (span_id, credit) in enumerate(zip(order, credits, strict=True)):
             call = self.calls[span_id]
             out.append({

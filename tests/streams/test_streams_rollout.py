@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.air_rules import AirRules
-from streams.cleaning import Selector
+from streams.close_rules import plan_close
+from streams.join_core import RolloutJoin
 from streams.rollout import DUPLICATE, EXTRA_FINAL, LATE, Rollout
 from testkit.workload import generate, reference, rollout_events
 from tracetrain.settings.streams import StreamsSettings
@@ -19,26 +19,25 @@ from tracetrain.settings.streams import StreamsSettings
 END = "tracetrain.rollout_end"
 
 
-def feed(events, streams: StreamsSettings) -> dict[str, Rollout]:
-    """What the join agents do, without Kafka: one partition, record ts = event index."""
-    rules, selector, states = AirRules(streams.air_rules), Selector.from_settings(streams), {}
-    for ts, (topic, key, _, record) in enumerate(events):
-        state = states.setdefault(key, Rollout(key, 0))
-        if topic == "spans":
-            if state.add_span(record, selector.classify(record) == "keep", ts, 0.0, END) == "added":
-                for air in rules.derive(record):
-                    state.add_air(air, ts, 0.0)
-        else:
-            state.add_reward(record, ts, 0.0)
-    return states
+def feed(events, streams: StreamsSettings) -> RolloutJoin:
+    """The join core as the worker drives it, without Kafka: one partition, record ts = event
+    index, every event handed to the core's handler for its topic."""
+    core = RolloutJoin(streams)
+    handlers = {"spans": core.span, "rewards": core.reward, "air": core.air}
+    for ts, (topic, _key, _, record) in enumerate(events):
+        handlers[topic](record, 0, ts, 0.0)
+    return core
 
 
-def emitted(states, streams) -> dict[str, dict]:
+def emitted(core: RolloutJoin, streams) -> dict[str, dict]:
+    """What the core closes as "final" once its partition is read far past every event,
+    and the transitions those closes write."""
+    for short in ("spans", "air"):
+        core.positions.read(short, 0, offset=10**9, ts_ns=10**15, wall=0.0)
     out = {}
-    for state in states.values():
-        reason = state.close_reason(100.0, lambda ts: True, lambda since: True, 0.0, 1e9)
+    for _key, state, reason in list(core.due(frozenset({0}), 100.0, full=True)):
         if reason == "final":
-            for t in state.transitions(reason, streams.credit, streams.gamma, 1.0):
+            for t in plan_close(state, reason, streams, "spans", "air").transitions:
                 out[t["transition_id"]] = t
     return out
 
@@ -152,7 +151,7 @@ def test_late_events_duplicates_and_extra_final():
 def test_state_roundtrip_gives_identical_transitions():
     streams = StreamsSettings(credit="air")
     rollouts = generate(30, seed=9)
-    states = feed([e for g in rollouts for e in rollout_events(g)], streams)
+    states = feed([e for g in rollouts for e in rollout_events(g)], streams).rollouts
     for state in states.values():
         again = Rollout.from_bytes(state.to_bytes())
         assert again.transitions("final", "air", 1.0, 5) == state.transitions("final", "air", 1.0, 5)

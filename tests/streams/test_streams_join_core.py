@@ -1,0 +1,173 @@
+"""The join core's decisions, called directly (no Kafka, no Faust): which events are dead-lettered
+and why, when a rollout closes (reward before spans, end marker, time-out only when caught up),
+what a close writes under each time-out policy, stalls and retention."""
+
+from __future__ import annotations
+
+import random
+
+from streams.cleaning import NO_TOKEN_IDS
+from streams.close_rules import plan_close
+from streams.join_core import RolloutJoin, record_problem
+from streams.positions import STALL_S, ReadPositions
+from testkit.workload import _llm_span, _tool_span
+from tracetrain.settings.streams import StreamsSettings
+
+END = "tracetrain.rollout_end"
+GRACE_NS = 500_000_000
+
+
+def llm(rid="r1", sid="s1", start=1, **attributes):
+    span = _llm_span(rid, sid, "solver", start, random.Random(sid))
+    span["attributes"] = attributes
+    return span
+
+
+def reward(rid="r1", value=1.0, final=True):
+    return {"rollout_id": rid, "value": value, "final": final, "timestamp_ns": 5,
+            "span_id": None}
+
+
+def caught_up(core: RolloutJoin, partition: int = 0, ts_ns: int = 10**15) -> None:
+    """The partition's watched streams read far past every event, and its end known."""
+    for short in ("spans", "air", "rewards"):
+        core.positions.read(short, partition, 99, ts_ns, 0.0)
+    core.positions.update({(s, partition): 100 for s in ("spans", "air", "rewards")}, {}, 1e12)
+
+
+def test_records_keyed_elsewhere_or_with_nul_ids_are_refused():
+    assert record_problem(b"r1", {"rollout_id": "r1"}) is None
+    assert record_problem(None, {"rollout_id": "r1"}) is None
+    reason, detail = record_problem(b"other", {"rollout_id": "r1"})
+    assert reason == "key_mismatch" and "'r1'" in detail
+    assert record_problem(b"a\x00b", {"rollout_id": "a\x00b"})[0] == "invalid_rollout_id"
+
+
+def test_reward_before_spans_closes_once_the_partition_is_read_past_the_last_span():
+    core = RolloutJoin(StreamsSettings())
+    applied = core.reward(reward(), 0, ts_ns=10, wall=1.0)
+    assert applied.changed and applied.dead == []
+    assert core.after_change(applied.key, applied.state, 1.0) is None  # no span yet
+    span = core.span(llm(), 0, ts_ns=20, wall=1.1)
+    assert span.new_call == "s1"
+    assert core.after_change(span.key, span.state, 1.1) is None
+    # read up to the last span plus the grace (not past it): still open
+    core.positions.read("spans", 0, 5, 20 + GRACE_NS, 1.2)
+    core.positions.read("air", 0, 5, 20 + GRACE_NS, 1.2)
+    assert list(core.due(frozenset({0}), 1.2, full=False)) == []
+    core.positions.read("air", 0, 6, 21 + GRACE_NS, 1.2)
+    core.positions.read("spans", 0, 6, 21 + GRACE_NS, 1.2)
+    [(key, state, reason)] = list(core.due(frozenset({0}), 1.2, full=False))
+    assert (key, reason) == (b"r1", "final")
+    [transition] = plan_close(state, reason, core.cfg, "spans", "air").transitions
+    assert transition["final_reward"] == 1.0 and transition["is_last"]
+
+
+def test_duplicates_change_nothing_late_and_extra_final_events_are_dead_lettered():
+    for policy, dead in (("dlq", [("late_event", "the rollout was already closed")]),
+                         ("ignore", [])):
+        core = RolloutJoin(StreamsSettings(late_policy=policy))
+        core.span(llm(), 0, 1, 1.0)
+        dup = core.span(llm(), 0, 2, 1.0)
+        assert not dup.changed and dup.outcome == "duplicate" and dup.dead == []
+        first = core.reward(reward(), 0, 3, 1.0)
+        extra = core.reward(reward(value=0.0) | {"timestamp_ns": 9}, 0, 4, 1.0)
+        assert extra.dead == [("extra_final_reward", "the rollout already has a final reward")]
+        core.closing(first.key, first.state, "final", 2.0)
+        late = core.span(llm(sid="s2"), 0, 5, 3.0)
+        assert late.outcome == "late_event" and late.dead == dead and not late.changed
+
+
+def test_a_trained_call_without_token_ids_is_kept_and_dead_lettered():
+    core = RolloutJoin(StreamsSettings())
+    span = llm()
+    span["llm"]["prompt_token_ids"] = []
+    applied = core.span(span, 0, 1, 1.0)
+    assert applied.changed and applied.new_call is None
+    assert [reason for reason, _ in applied.dead] == [NO_TOKEN_IDS]
+
+
+def test_tool_spans_derive_air_applied_at_once():
+    core = RolloutJoin(StreamsSettings(credit="air"))
+    core.span(llm(), 0, 1, 1.0)
+    applied = core.span(_tool_span("r1", "t1", "s1", 2, "tool_raised"), 0, 2, 1.0)
+    assert [a["rule"] for a in applied.derived] == ["tool_raised"]
+    assert applied.new_call is None  # a tool call is not trained on
+    inter, unknown = applied.state.intermediate(applied.state.ordered_calls())
+    assert inter == [-0.5] and unknown == []
+
+
+def test_an_end_marker_closes_after_the_grace_in_wall_time():
+    core = RolloutJoin(StreamsSettings(close_grace_s=0.5))
+    core.quiet_since = 0.0  # the worker started before the rollout
+    applied = core.span(llm(**{END: "true"}), 0, 1, wall=10.0)
+    assert core.after_change(applied.key, applied.state, 10.0) is None
+    assert list(core.due(frozenset({0}), 10.4, full=False)) == []
+    assert [r for *_, r in core.due(frozenset({0}), 10.6, full=False)] == ["end"]
+
+
+def test_idle_rollouts_time_out_only_when_nothing_is_left_to_read():
+    cfg = StreamsSettings(idle_timeout_s=60)
+    core = RolloutJoin(cfg)
+    core.quiet_since = 0.0
+    core.span(llm(), 0, 1, wall=1.0)
+    # end offsets unknown (or records left): the worker is behind, the rollout is not idle
+    assert list(core.due(frozenset({0}), 100.0, full=True)) == []
+    core.positions.update({("spans", 0): 50, ("air", 0): 0, ("rewards", 0): 0}, {}, 99.0)
+    core.positions.read("spans", 0, 10, 1, 99.0)
+    assert list(core.due(frozenset({0}), 100.0, full=True)) == []  # 39 records left
+    core.positions.read("spans", 0, 49, 2, 99.0)
+    [(_, state, reason)] = list(core.due(frozenset({0}), 100.0, full=True))
+    assert reason == "timeout"
+    # dlq: no transitions, one summary dead letter; emit: the transitions, no dead letter
+    dead = plan_close(state, reason, cfg, "spans", "air")
+    assert dead.transitions == []
+    assert [(d.reason, d.source_topic) for d in dead.dead_letters] == [("rollout_timeout", "spans")]
+    emit = plan_close(state, reason, cfg.model_copy(update={"on_timeout": "emit"}), "spans", "air")
+    assert len(emit.transitions) == 1 and emit.dead_letters == []
+    lone = RolloutJoin(cfg).reward(reward(final=False), 0, 1, 1.0).state
+    assert plan_close(lone, "timeout", cfg, "spans", "air").dead_letters[0].reason == "unknown_rollout"
+
+
+def test_air_for_a_span_the_rollout_lacks_is_dead_lettered_on_close():
+    core = RolloutJoin(StreamsSettings(credit="air"))
+    core.span(llm(), 0, 1, 1.0)
+    core.air({"rollout_id": "r1", "span_id": "ghost", "rule": "x", "value": 1.0,
+              "timestamp_ns": 2, "source": "explicit"}, 0, 2, 1.0)
+    state = core.reward(reward(), 0, 3, 1.0).state
+    caught_up(core)
+    [(_, _, reason)] = list(core.due(frozenset({0}), 2.0, full=True))
+    plan = plan_close(state, reason, core.cfg, "spans", "air")
+    assert [(d.reason, d.source_topic) for d in plan.dead_letters] == [("unknown_span", "air")]
+    assert len(plan.transitions) == 1
+
+
+def test_rollouts_of_other_partitions_are_left_to_their_owner():
+    core = RolloutJoin(StreamsSettings())
+    core.span(llm(), 3, 1, 1.0)
+    core.reward(reward(), 3, 2, 1.0)
+    caught_up(core, partition=3)
+    assert list(core.due(frozenset({0, 1}), 2.0, full=True)) == []
+    assert len(list(core.due(frozenset({3}), 2.0, full=True))) == 1
+
+
+def test_closed_rollouts_are_forgotten_after_the_retention():
+    core = RolloutJoin(StreamsSettings(closed_retention_s=10))
+    applied = core.span(llm(), 0, 1, 1.0)
+    core.closing(applied.key, applied.state, "final", 100.0)
+    assert core.expired(105.0) == []
+    assert core.expired(111.0) == [(b"r1", applied.state)] and b"r1" not in core.rollouts
+
+
+def test_a_partition_with_records_left_and_none_read_for_a_while_is_stalled():
+    positions = ReadPositions()
+    positions.update({("spans", 0): 10, ("spans", 1): 10}, {("spans", 1): 4}, 0.0)
+    positions.read("spans", 0, 3, 1, 0.0)
+    assert positions.stalled(frozenset({0, 1}), 0.0) == []  # the clocks start now
+    stalled = positions.stalled(frozenset({0, 1}), STALL_S + 1)
+    assert ("spans", 0) in stalled and ("spans", 1) in stalled
+    assert positions.stalled(frozenset({0, 1}), STALL_S + 2) == []  # once per STALL_S
+    # read since its assignment: Faust's buffers may hold the next records, no seek
+    assert positions.restart_offset("spans", 0) is None
+    assert positions.restart_offset("spans", 1) == 4  # nothing read: from the committed offset
+    assert positions.unread("spans", 1) == 6 and positions.unread("rewards", 1) is None
