@@ -23,10 +23,9 @@ from dataclasses import dataclass
 
 import httpx
 from rich.console import Console
-from rich.live import Live
 
 from demo import evaluate, report
-from demo.dashboard import render
+from demo.dashboard import live_view
 from demo.monitor import HeldOut, Monitor
 from demo.tasks import Task, get_task
 from demo.traffic import Traffic
@@ -207,12 +206,12 @@ class DemoRun:
             ends_at = train_started + opts.minutes * 60
             title = f"tracetrain demo: {self.task.name}, {opts.mode}, {opts.workers} agents"
             try:
-                with Live(render(monitor, title, ends_at, base), console=self.console,
-                          refresh_per_second=1, transient=False) as live:
+                # a table on a terminal, a status line every 30 s in a piped log
+                with live_view(self.console, monitor, title, ends_at, base) as view:
                     while time.time() < ends_at:
                         time.sleep(1.0)
                         self._check_alive()
-                        live.update(render(monitor, title, ends_at, base))
+                        view.update()
             except KeyboardInterrupt:
                 self._say("stopped early by Ctrl-C; evaluating what was learned so far")
             stop.set()

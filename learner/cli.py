@@ -86,19 +86,22 @@ def learner(
     registered in MLflow (alias `latest`), offsets committed after registration. Resumes
     from the experiment's newest checkpoint."""
     from learner.loop import run_learner
+    from learner.metrics import LearnerMetrics, serve_status
+    from tracetrain.observability import configure_logging
     from tracetrain.settings import get_settings
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    configure_logging("INFO")
     settings = _apply(get_settings(), mode, None, None)
     started = time.time()
     # SIGTERM (`tracetrain down`, the demo's stop) ends the loop between batches, so the
     # last steps are checkpointed and registered instead of lost.
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with _Progress(max_steps) as progress:
+    metrics = LearnerMetrics()  # /metrics, /healthz, /state on learner.metrics_port
+    with _Progress(max_steps) as progress, serve_status(settings.learner, metrics):
         result = run_learner(settings, experiment=experiment, max_steps=max_steps,
                              until_step=until_step, max_seconds=max_seconds,
-                             on_step=progress, stop=stop)
+                             on_step=progress, stop=stop, metrics=metrics)
     _report(result, started)
 
 def replay(

@@ -9,8 +9,6 @@ Their detached forms (`tracetrain up --services engine,reloader`) are declared i
 
 from __future__ import annotations
 
-import logging
-
 import typer
 
 
@@ -26,8 +24,9 @@ def _settings(**engine_overrides):
 
 
 def _logging() -> None:
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from tracetrain.observability import configure_logging
+
+    configure_logging("INFO")
 
 
 def engine(
@@ -55,4 +54,6 @@ def reloader(
     _logging()
     from serving.reloader import Reloader
 
-    Reloader(_settings()).run(max_seconds=max_seconds, max_loads=max_loads)
+    reloader = Reloader(_settings())
+    with reloader.serve_status():  # /metrics, /healthz, /state on reloader.metrics_port
+        reloader.run(max_seconds=max_seconds, max_loads=max_loads)

@@ -20,6 +20,18 @@ def engine_url(settings: Settings) -> str:
     return f"http://{settings.engine.host}:{settings.engine.port}"
 
 
+def _reloader_status(s: Settings) -> tuple[str, int] | None:
+    """Where `tracetrain reloader` serves /healthz; None for metrics_port 0 (a free port, for
+    tests), which cannot be known before it starts: then it is ready once spawned."""
+    return (s.reloader.metrics_host, s.reloader.metrics_port) if s.reloader.metrics_port \
+        else None
+
+
+def _reloader_health(s: Settings) -> str | None:
+    bound = _reloader_status(s)
+    return f"http://{bound[0]}:{bound[1]}/healthz" if bound else None
+
+
 def _engine_argv(settings: Settings) -> list[str]:
     if settings.engine.backend == "vllm":
         from serving.vllm import vllm_argv
@@ -54,7 +66,7 @@ RELOADER = Service(
     reads=("MLflow registry", "checkpoints"),
     writes=("the engine's adapters",),
     argv=lambda s: cli("reloader"),
-    listen=lambda s: None,
-    health_url=lambda s: None,
+    listen=_reloader_status,
+    health_url=_reloader_health,
     start_timeout_s=lambda s: 30.0,
 )
