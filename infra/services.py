@@ -46,8 +46,9 @@ class Service:
     argv: Callable[[Settings], list[str]]
     # (host, port) the process binds, checked free before it starts; None: it binds nothing.
     listen: Callable[[Settings], tuple[str, int] | None]
-    # Answers < 500 once the process is ready; None: ready once spawned (it serves nothing).
-    health_url: Callable[[Settings], str | None]
+    # The page at that address that answers < 500 once the process is ready; None (or no
+    # address): ready once spawned.
+    health_path: str | None
     start_timeout_s: Callable[[Settings], float]
     # Extra variables beyond the settings (e.g. vLLM's runtime-LoRA switches).
     env: Callable[[Settings], dict[str, str]] = _no_env
@@ -55,6 +56,19 @@ class Service:
     def address(self, settings: Settings) -> str:
         bound = self.listen(settings)
         return f"{bound[0]}:{bound[1]}" if bound else "-"
+
+    def health_url(self, settings: Settings) -> str | None:
+        bound = self.listen(settings)
+        if bound is None or self.health_path is None:
+            return None
+        return f"http://{bound[0]}:{bound[1]}{self.health_path}"
+
+
+def status_address(host: str, port: int) -> tuple[str, int] | None:
+    """Where a process's status server (`tracetrain.observability.StatusServer`) listens; None
+    for port 0, a free port chosen at start (tests): unknown beforehand, so the process counts
+    as ready once spawned."""
+    return (host, port) if port else None
 
 
 def start(settings: Settings, service: Service, *, instance: str | None = None,

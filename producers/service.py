@@ -14,6 +14,6 @@ GATEWAY = Service(
     writes=("spans", "rewards"),
     argv=lambda s: cli("gateway"),
     listen=lambda s: (s.gateway.host, s.gateway.port),
-    health_url=lambda s: f"http://{s.gateway.host}:{s.gateway.port}/healthz",
+    health_path="/healthz",
     start_timeout_s=lambda s: s.gateway.start_timeout_s,
 )

@@ -8,7 +8,7 @@ the reloader follows the registry and loads each new version into the engine.
 
 from __future__ import annotations
 
-from infra.services import Service, cli
+from infra.services import Service, cli, status_address
 from tracetrain.settings import Settings
 
 
@@ -18,18 +18,6 @@ def engine_url(settings: Settings) -> str:
     if settings.reloader.engine_url:
         return settings.reloader.engine_url.rstrip("/")
     return f"http://{settings.engine.host}:{settings.engine.port}"
-
-
-def _reloader_status(s: Settings) -> tuple[str, int] | None:
-    """Where `tracetrain reloader` serves /healthz; None for metrics_port 0 (a free port, for
-    tests), which cannot be known before it starts: then it is ready once spawned."""
-    return (s.reloader.metrics_host, s.reloader.metrics_port) if s.reloader.metrics_port \
-        else None
-
-
-def _reloader_health(s: Settings) -> str | None:
-    bound = _reloader_status(s)
-    return f"http://{bound[0]}:{bound[1]}/healthz" if bound else None
 
 
 def _engine_argv(settings: Settings) -> list[str]:
@@ -55,7 +43,7 @@ ENGINE = Service(
     writes=(),
     argv=_engine_argv,
     listen=lambda s: (s.engine.host, s.engine.port),
-    health_url=lambda s: f"http://{s.engine.host}:{s.engine.port}/health",
+    health_path="/health",
     start_timeout_s=lambda s: s.engine.start_timeout_s,
     env=_engine_env,
 )
@@ -66,7 +54,7 @@ RELOADER = Service(
     reads=("MLflow registry", "checkpoints"),
     writes=("the engine's adapters",),
     argv=lambda s: cli("reloader"),
-    listen=_reloader_status,
-    health_url=_reloader_health,
+    listen=lambda s: status_address(s.reloader.metrics_host, s.reloader.metrics_port),
+    health_path="/healthz",
     start_timeout_s=lambda s: 30.0,
 )

@@ -17,6 +17,6 @@ STREAMS = Service(
     writes=("transitions", "air", "dlq", "the rollouts table's changelog"),
     argv=lambda s: cli("streams"),
     listen=lambda s: (s.streams.web_host, s.streams.web_port),
-    health_url=lambda s: f"http://{s.streams.web_host}:{s.streams.web_port}/healthz",
+    health_path="/healthz",
     start_timeout_s=lambda s: s.streams.start_timeout_s,
 )

@@ -63,7 +63,7 @@ def _wait_live_join(settings, want: int, worker) -> None:
         if got >= want:
             return
         time.sleep(1.0)
-    metrics = urllib.request.urlopen(worker.health_url, timeout=5).read().decode()
+    metrics = urllib.request.urlopen(f"http://{worker.address}/metrics", timeout=5).read().decode()
     with open(worker.log, errors="replace") as f:
         log = f.read()[-2000:]
     raise AssertionError(f"the live worker emitted {got} of {want} transitions in 240 s\n"
