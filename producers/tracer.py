@@ -28,7 +28,8 @@ from collections.abc import Callable
 from contextlib import contextmanager
 
 from producers.publisher import Publisher
-from producers.records import llm_part, new_id, new_reward, new_rollout_id, new_span, tool_part
+from producers.records import llm_part, new_id, new_rollout_id, new_span, tool_part
+from producers.rewards import emit_reward
 
 _ROLLOUT: contextvars.ContextVar[Rollout | None] = contextvars.ContextVar("tt_rollout", default=None)
 _PARENT: contextvars.ContextVar[str | None] = contextvars.ContextVar("tt_parent", default=None)
@@ -77,10 +78,10 @@ class Rollout:
 
     def reward(self, value: float, *, final: bool = True, name: str | None = None,
                span_id: str | None = None) -> None:
-        """Publish a reward; `final=True` (default) closes the rollout downstream."""
-        self.tracer.publisher.publish_reward(new_reward(
-            self.rollout_id, value, final=final, name=name, span_id=span_id,
-            task_id=self.task_id, agent_name=self.agent))
+        """Publish a reward; `final=True` (default) closes the rollout downstream. A value
+        that is not a finite number within `settings.rewards.max_abs` raises ProducerError."""
+        emit_reward(self.tracer.publisher, self.rollout_id, value, final=final, name=name,
+                    span_id=span_id, task_id=self.task_id, agent_name=self.agent)
         self.rewarded = self.rewarded or final
 
 

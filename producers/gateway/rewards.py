@@ -1,16 +1,17 @@
 """`POST /v1/rewards` on the gateway: {rollout_id, value, final, name?, span_id?, task_id?,
-agent_name?}. Invalid bodies get 422 naming the field (FastAPI/pydantic), then `emit_reward`."""
+agent_name?}. Invalid bodies get 422 naming the field (FastAPI/pydantic; a value that is not a
+finite number within `settings.rewards.max_abs`: tracetrain.rewards), then `emit_reward`."""
 
 from __future__ import annotations
 
-import math
-
 from fastapi import Depends, FastAPI, Request
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from producers.gateway.guard import check_auth
 from producers.gateway.ids import ID_PATTERN
 from producers.rewards import emit_reward
+from tracetrain.errors import BadRequest
+from tracetrain.rewards import reward_problem
 
 
 class RewardIn(BaseModel):
@@ -24,13 +25,6 @@ class RewardIn(BaseModel):
     task_id: str | None = None
     agent_name: str | None = None
 
-    @field_validator("value")
-    @classmethod
-    def _finite(cls, v: float) -> float:
-        if not math.isfinite(v):
-            raise ValueError("must be a finite number")
-        return v
-
 
 def add_reward_routes(app: FastAPI, state: dict, keys: set[str], limit: int) -> None:
     def auth(request: Request) -> None:
@@ -38,5 +32,8 @@ def add_reward_routes(app: FastAPI, state: dict, keys: set[str], limit: int) -> 
 
     @app.post("/v1/rewards", status_code=202, dependencies=[Depends(auth)])
     async def post_reward(reward: RewardIn):
+        problem = reward_problem(reward.value, state["pub"].settings.rewards.max_abs)
+        if problem:  # before emit_reward: its other errors (publishing) are no 422
+            raise BadRequest(f"value {problem}", status=422, param="value")
         record = emit_reward(state["pub"], **reward.model_dump())
         return {"accepted": True, "rollout_id": record["rollout_id"]}

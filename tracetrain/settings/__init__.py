@@ -34,6 +34,7 @@ from tracetrain.settings.infra import (
 )
 from tracetrain.settings.learner import LearnerSettings
 from tracetrain.settings.producers import GatewaySettings, PublisherSettings
+from tracetrain.settings.rewards import RewardSettings
 from tracetrain.settings.serving import EngineSettings, ReloaderSettings
 from tracetrain.settings.streams import StreamsSettings
 
@@ -61,6 +62,7 @@ class Settings(BaseSettings):
     topics: TopicSettings = TopicSettings()
     mlflow: MlflowSettings = MlflowSettings()
     schema_registry: SchemaRegistrySettings = SchemaRegistrySettings()
+    rewards: RewardSettings = RewardSettings()
     publisher: PublisherSettings = PublisherSettings()
     gateway: GatewaySettings = GatewaySettings()
     streams: StreamsSettings = StreamsSettings()
