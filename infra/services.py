@@ -4,8 +4,10 @@ Each stage declares its process once, in `STAGE/service.py`, as a `Service`: its
 command that runs it, the address it listens on, its health URL, how long it may take to
 start, and what it reads and writes. `start` is the one spawner: it checks the port is free,
 passes the whole settings object to the child through the environment (`settings_env`, the
-one encoder), starts the process detached with its log and pid file under the state folder,
-and waits until its health URL answers (or shows the log's tail if it dies or never does).
+one encoder), starts the process detached with its log and pid file under the state folder
+(a service declared `restart=True` under `infra/supervise.py`, which starts it again when it
+dies), and waits until its health URL answers (or shows the log's tail if it dies or never
+does).
 `stop` ends it. `tracetrain up --services`, the demo, `tracetrain eval`, the benchmarks and the
 tests all start processes through here; the stack's list of services is `infra.stack.SERVICES`.
 """
@@ -52,6 +54,9 @@ class Service:
     start_timeout_s: Callable[[Settings], float]
     # Extra variables beyond the settings (e.g. vLLM's runtime-LoRA switches).
     env: Callable[[Settings], dict[str, str]] = _no_env
+    # Started again when it ends other than by a stop (infra/supervise.py): for a process
+    # that exits on purpose when going on would lose data.
+    restart: bool = False
 
     def address(self, settings: Settings) -> str:
         bound = self.listen(settings)
@@ -82,8 +87,11 @@ def start(settings: Settings, service: Service, *, instance: str | None = None,
     bound = service.listen(settings)
     if bound is not None:
         processes.require_free(bound[0], bound[1], name)
+    argv = [*service.argv(settings), *extra_argv]
+    if service.restart:
+        argv = [sys.executable, "-m", "infra.supervise", "--name", name, "--", *argv]
     record = processes.spawn(
-        settings.home_dir, name, [*service.argv(settings), *extra_argv],
+        settings.home_dir, name, argv,
         address=service.address(settings), health_url=service.health_url(settings),
         env={**settings_env(settings), **service.env(settings)}, cwd=ROOT)
     if wait and record.health_url is not None:

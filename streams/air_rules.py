@@ -1,6 +1,8 @@
 """Automatic intermediate rewards (AIR): named rules that turn system signals on a span into
 AirEvents. Values come from settings (`TRACETRAIN_STREAMS__AIR_RULES__TOOL_RAISED=-1`); a rule
 with value 0 is off. Pure: `derive(span)` returns the events, the Faust agent publishes them.
+JSON the rules must read but the decoder cannot (nested past its recursion limit) raises
+`PoisonSpan`: the join dead-letters that span instead of joining it.
 
 Which span an event credits: an LLM span's rules credit that call; a tool span's rules credit
 the call that issued the tool call (attribute `tracetrain.caller_span_id`, else `parent_id`,
@@ -11,11 +13,33 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 
+from streams.errors import StreamsError
 from tracetrain.records import AirEvent, Span
 from tracetrain.settings.streams import AirRuleSettings
 
 JSON_FORMATS = {"json", "json_object", "json_schema"}
+JSON_TOO_DEEP = "json_too_deep"
+
+
+class PoisonSpan(StreamsError):
+    """A span the rules cannot read; `reason` is its DLQ reason. Caught by the join core."""
+
+    def __init__(self, reason: str, detail: str):
+        self.reason = reason
+        super().__init__(detail)
+
+
+def _loads(text: str, field: str):
+    """json.loads, with JSON nested past the decoder's recursion limit a PoisonSpan (a
+    RecursionError would crash the agent on the same record again and again)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise PoisonSpan(JSON_TOO_DEEP, f"{field} ({len(text)} characters) is JSON nested "
+                         f"deeper than the decoder's limit (about {sys.getrecursionlimit()} "
+                         "levels); expected JSON a reader can parse") from None
 
 
 def _credited_for_tool(span: dict) -> str:
@@ -23,11 +47,11 @@ def _credited_for_tool(span: dict) -> str:
     return attrs.get("tracetrain.caller_span_id") or span.get("parent_id") or span["span_id"]
 
 
-def _is_json(text: str | None, want_object: bool = False) -> bool:
+def _is_json(text: str | None, field: str, want_object: bool = False) -> bool:
     if text is None:
         return False
     try:
-        value = json.loads(text)
+        value = _loads(text, field)
     except (ValueError, TypeError):
         return False
     return isinstance(value, dict) if want_object else True
@@ -63,7 +87,8 @@ class AirRules:
                 hits.append(("tool_raised", credited))
             else:
                 hits.append(("tool_ok", credited))
-            if tool is not None and not _is_json(tool.get("arguments"), want_object=True):
+            if tool is not None and not _is_json(tool.get("arguments"), "tool.arguments",
+                                                 want_object=True):
                 hits.append(("malformed_tool_call", credited))
         else:
             credited = span["span_id"]
@@ -73,7 +98,7 @@ class AirRules:
             hits.append(("sql_error", credited))
         if llm is not None:
             wants_json = attrs.get("response_format") in JSON_FORMATS
-            if wants_json and not _is_json(llm.get("response_text")):
+            if wants_json and not _is_json(llm.get("response_text"), "llm.response_text"):
                 hits.append(("json_parse_failure", span["span_id"]))
             calls = attrs.get("llm.tool_calls")
             if calls is not None and not _valid_tool_calls(calls):
@@ -96,7 +121,7 @@ class AirRules:
 def _valid_tool_calls(text: str) -> bool:
     """`llm.tool_calls` is the OpenAI list of calls: each needs a function name and JSON args."""
     try:
-        calls = json.loads(text)
+        calls = _loads(text, "attribute llm.tool_calls")
     except ValueError:
         return False
     if not isinstance(calls, list):
@@ -105,6 +130,7 @@ def _valid_tool_calls(text: str) -> bool:
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict) or not function.get("name"):
             return False
-        if not _is_json(function.get("arguments", "{}"), want_object=True):
+        if not _is_json(function.get("arguments", "{}"), "llm.tool_calls arguments",
+                        want_object=True):
             return False
     return True

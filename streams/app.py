@@ -54,6 +54,7 @@ def faust_app(settings: Settings, app_id: str, **extra) -> App:
         broker_session_timeout=s.session_timeout_s,
         broker_heartbeat_interval=min(3.0, s.session_timeout_s / 3),
         producer_acks=-1, producer_linger_ms=5, processing_guarantee="at_least_once",
+        producer_max_request_size=s.max_record_bytes,
         **extra,
     )
 
@@ -65,7 +66,7 @@ def create_app(settings: Settings) -> tuple[App, Join]:
     spans = app.topic(topics.spans, **RAW)
     rewards = app.topic(topics.rewards, **RAW)
     air = app.topic(topics.air, **RAW)
-    dlq = DeadLetters(app.topic(topics.dlq, **RAW), metrics)
+    dlq = DeadLetters(app.topic(topics.dlq, **RAW), metrics, cfg.max_record_bytes)
     table = app.Table("rollouts", default=None, partitions=planned_partitions(topics)["spans"],
                       key_type=bytes, value_type=bytes)  # bytes: Faust uses the raw codec
     join = Join(settings, table, dlq, metrics)

@@ -5,7 +5,9 @@ A rollout with a final reward closes once its partition's spans and air are read
 reward and its last span (plus `close_grace_s`), or, at the head of the log, once nothing is
 left to read; one with only an end marker after `close_grace_s` of wall time; an idle one after
 `idle_timeout_s` (counted only while its partition has nothing left to read: a worker behind
-on its input is not idle).
+on its input is not idle); one whose stored state outgrew a Kafka record at once (OVERSIZE,
+decided by the join core). A timed-out or outgrown rollout is emitted or dead-lettered by
+policy; one whose credited returns fall outside `rewards.max_abs` is dead-lettered.
 """
 
 from __future__ import annotations
@@ -17,7 +19,14 @@ from dataclasses import dataclass, field
 from streams.positions import WATCHED, ReadPositions
 from streams.rollout import Rollout
 from tracetrain.records import Transition
+from tracetrain.rewards import OUT_OF_BOUNDS, reward_problem
+from tracetrain.settings.rewards import RewardSettings
 from tracetrain.settings.streams import StreamsSettings
+
+OVERSIZE = "oversize"  # close reason: the rollout's state outgrew a Kafka record
+# A summary dead letter lists this many span ids and rewards (and counts them all): a
+# rollout's whole state can be larger than a record.
+SUMMARY_ITEMS = 100
 
 
 def close_reason(state: Rollout, now: float, positions: ReadPositions, cfg: StreamsSettings,
@@ -100,24 +109,49 @@ class ClosePlan:
 
 
 def plan_close(state: Rollout, reason: str, cfg: StreamsSettings, spans_topic: str,
-               air_topic: str) -> ClosePlan:
-    """The transitions of a closed rollout (a timed-out one: only with `on_timeout=emit`), a
-    dead letter per intermediate reward naming a span the rollout lacks, and, for a time-out
-    that is not emitted, one dead letter summarising the rollout."""
+               air_topic: str, max_reward: float = RewardSettings().max_abs) -> ClosePlan:
+    """The transitions of a closed rollout (a timed-out or outgrown one: only by its policy,
+    `on_timeout` / `on_oversize`), a dead letter per intermediate reward naming a span the
+    rollout lacks; or, for a rollout that is not emitted or whose credited returns are out of
+    bounds, one dead letter summarising it."""
     plan = ClosePlan()
-    if reason != "timeout" or cfg.on_timeout == "emit":
-        _, unknown = state.intermediate(state.ordered_calls())
-        for span_id in unknown:
-            body = json.dumps({"rollout_id": state.rollout_id, "span_id": span_id}).encode()
-            plan.dead_letters.append(DeadLetterPlan(
-                body, air_topic, "unknown_span",
-                f"intermediate reward for span {span_id} that is not in the rollout"))
-        plan.transitions = state.transitions(reason, cfg.credit, cfg.gamma, cfg.idle_timeout_s)
-    else:
-        what = "unknown_rollout" if not state.starts else "rollout_timeout"
-        summary = {"rollout_id": state.rollout_id, "spans": sorted(state.starts),
-                   "rewards": list(state.rewards.values())}
+    if not _emitted(reason, cfg):
+        what = "unknown_rollout" if not state.starts else \
+            "rollout_too_large" if reason == OVERSIZE else "rollout_timeout"
+        detail = (f"its state outgrew streams.max_record_bytes {cfg.max_record_bytes}"
+                  if reason == OVERSIZE else
+                  f"no final reward or end marker within {cfg.idle_timeout_s}s")
+        plan.dead_letters.append(_summary(state, spans_topic, what, detail))
+        return plan
+    transitions = state.transitions(reason, cfg.credit, cfg.gamma, cfg.idle_timeout_s)
+    for t in transitions:
+        for name in ("credited_return", "final_reward", "intermediate_reward"):
+            problem = reward_problem(t[name], max_reward)
+            if problem:
+                plan.dead_letters.append(_summary(
+                    state, spans_topic, OUT_OF_BOUNDS, f"turn {t['turn_index']} {name} {problem}"))
+                return plan
+    _, unknown = state.intermediate(state.ordered_calls())
+    for span_id in unknown:
+        body = json.dumps({"rollout_id": state.rollout_id, "span_id": span_id}).encode()
         plan.dead_letters.append(DeadLetterPlan(
-            json.dumps(summary).encode(), spans_topic, what,
-            f"no final reward or end marker within {cfg.idle_timeout_s}s"))
+            body, air_topic, "unknown_span",
+            f"intermediate reward for span {span_id} that is not in the rollout"))
+    plan.transitions = transitions
     return plan
+
+
+def _emitted(reason: str, cfg: StreamsSettings) -> bool:
+    if reason == "timeout":
+        return cfg.on_timeout == "emit"
+    if reason == OVERSIZE:
+        return cfg.on_oversize == "emit"
+    return True
+
+
+def _summary(state: Rollout, spans_topic: str, reason: str, detail: str) -> DeadLetterPlan:
+    spans, rewards = sorted(state.starts), list(state.rewards.values())
+    summary = {"rollout_id": state.rollout_id, "span_count": len(spans),
+               "spans": spans[:SUMMARY_ITEMS], "reward_count": len(rewards),
+               "rewards": rewards[:SUMMARY_ITEMS]}
+    return DeadLetterPlan(json.dumps(summary).encode(), spans_topic, reason, detail)

@@ -17,8 +17,10 @@ straight to Faust's Kafka producer (`_send`), the table's local data updated alo
 through Faust's topic channels and producer buffer: those cost more CPU per record than the
 join itself (bench.streams: 738 against 364-408 us of worker CPU per span). At-least-once holds as
 before: each send is awaited, i.e. in the producer before the event's processing ends, and
-Faust flushes that producer before it commits offsets; a record Kafka refuses stops the worker
-at once (`stop_now`), so no offset past it is committed.
+Faust flushes that producer before it commits offsets; a record Kafka fails for good stops the
+worker at once (`stop_now`), so no offset past it is committed, and its supervisor restarts it.
+No record is larger than `streams.max_record_bytes`: a rollout whose state would outgrow it
+closes at once (`_close_now`), a call or dead letter that would is dead-lettered without it.
 
 Closing never waits inside an agent: a close sends its transitions at once, and is recorded
 in the changelog (a small tombstone) by the timer only once Kafka has acknowledged all of
@@ -42,9 +44,9 @@ from aiokafka.errors import KafkaError
 from faust.types import TP
 
 from schemas import Codec, CodecError
-from streams.close_rules import plan_close
+from streams.close_rules import OVERSIZE, plan_close
 from streams.dlq import DeadLetters
-from streams.join_core import RolloutJoin, record_problem
+from streams.join_core import Applied, RolloutJoin, call_key, record_problem
 from streams.metrics import StreamsMetrics
 from streams.offsets import Offsets
 from streams.positions import INPUTS, STALL_S
@@ -60,17 +62,14 @@ log = logging.getLogger(__name__)
 
 
 def stop_now(exc: BaseException) -> None:
-    """A send failed for good: exit before Faust commits an offset past the lost record
-    (a clean stop would commit). The restart reads those events again."""
+    """A send failed for good (after the producer's own retries, `producer_request_timeout`):
+    exit before Faust commits an offset past the lost record (a clean stop would commit).
+    Whoever started the worker starts it again (`tracetrain up`: infra/supervise.py), and the
+    restart reads those events again. Records Kafka would refuse for their size are never sent:
+    the join caps what it stores and dead-letters the rest (`streams.max_record_bytes`)."""
     log.critical("Kafka did not take a record the join wrote (%r); stopping at once so that "
                  "no offset past it is committed: a restarted worker reads those events again", exc)
     os._exit(70)
-
-
-def call_key(key: bytes, span_id: str) -> bytes:
-    """Table key of one kept call. The leading NUL cannot start a rollout key: `_decode`
-    sends rollout ids containing NUL to the DLQ."""
-    return b"\x00" + key + b"\x00" + span_id.encode()
 
 
 class Join:
@@ -85,7 +84,7 @@ class Join:
         self.table, self.dlq, self.metrics = table, dlq, metrics
         self.on_send_failure = on_send_failure
         self.codec = Codec(registry_url=settings.schema_registry.url)
-        self.core = RolloutJoin(self.cfg, load=self._load)
+        self.core = RolloutJoin(self.cfg, load=self._load, max_reward=settings.rewards.max_abs)
         self.positions = self.core.positions
         # closes sent but not yet in the changelog: (send futures, key, state, kept span ids)
         self.unrecorded: list[tuple[list, bytes, Rollout, list[str]]] = []
@@ -115,7 +114,7 @@ class Join:
         except CodecError as exc:
             await self._dead(event, exc.reason, str(exc))
             return None, short, msg.partition, ts_ns
-        problem = record_problem(event.key, record)
+        problem = record_problem(event.key, record, self.core.max_reward)
         if problem is not None:
             await self._dead(event, *problem)
             return None, short, msg.partition, ts_ns
@@ -135,7 +134,7 @@ class Join:
         calls = {span_id: self.table.data.get(call_key(key, span_id)) for span_id in starts}
         return Rollout.from_bytes(raw, {s: c for s, c in calls.items() if c is not None})
 
-    async def _applied(self, event: Any, short: str, applied) -> bool:
+    async def _applied(self, event: Any, short: str, applied: Applied) -> bool:
         """Count and dead-letter what the core decided for this event; True if it changed
         its rollout (then the change is written and the rollout maybe closed)."""
         if applied.outcome == DUPLICATE:
@@ -145,7 +144,7 @@ class Join:
         for reason, detail in applied.dead:
             await self._dead(event, reason, detail)
         if applied.changed:
-            await self._after_event(applied.key, applied.state, applied.new_call)
+            await self._after_event(applied)
         return applied.changed
 
     async def on_span(self, event: Any) -> list[AirEvent]:
@@ -170,13 +169,18 @@ class Join:
             return  # derived events were applied when their span was joined
         await self._applied(event, short, self.core.air(air, partition, ts_ns, time.time()))
 
-    async def _after_event(self, key: bytes, state: Rollout, new_call: str | None = None) -> None:
+    async def _after_event(self, applied: Applied) -> None:
+        key, state = applied.key, applied.state
+        stored = state.to_bytes(with_calls=False)
+        if self.core.outgrown(key, stored):
+            await self._close_now(key, state, OVERSIZE)
+            return
         # Stored even when this event closes the rollout: its offset may be committed before
         # the tombstone is written (once Kafka has the transitions), and a restart in between
         # must re-close the rollout with this event in it, or it would re-emit other content.
-        if new_call is not None:  # before the state that names it: one partition keeps order
-            await self._write(call_key(key, new_call), state.call_bytes(new_call), state.partition)
-        await self._write(key, state.to_bytes(with_calls=False), state.partition)
+        if applied.new_call is not None:  # before the state naming it: one partition keeps order
+            await self._write(call_key(key, applied.new_call), applied.call_bytes, state.partition)
+        await self._write(key, stored, state.partition)
         reason = self.core.after_change(key, state, time.time())
         if reason:
             await self._close(key, state, reason)
@@ -211,7 +215,8 @@ class Join:
     async def _close(self, key: bytes, state: Rollout, reason: str) -> None:
         """Send what closing produces; `record_closes` writes the tombstone once Kafka has it."""
         kept = list(state.calls)
-        plan = plan_close(state, reason, self.cfg, self.topics.spans, self.topics.air)
+        plan = plan_close(state, reason, self.cfg, self.topics.spans, self.topics.air,
+                          self.core.max_reward)
         # Closed at once, before any await: events arriving meanwhile count as late.
         self.core.closing(key, state, reason, time.time())
         futures = []
@@ -226,6 +231,16 @@ class Join:
         self.metrics.rollouts_closed.labels(reason=reason).inc()
         self.unrecorded.append((futures, key, state, kept))
 
+    async def _close_now(self, key: bytes, state: Rollout, reason: str) -> None:
+        """Close a rollout whose state cannot be stored, and record the close before the
+        event that caused it counts as processed: its offset is then never committed ahead
+        of the tombstone, and a crash before re-reads the event and closes the same way."""
+        await self._close(key, state, reason)
+        futures, _, _, kept = self.unrecorded.pop()
+        if futures:
+            await asyncio.gather(*futures)
+        await self._record(key, state, kept)
+
     async def record_closes(self) -> None:
         """Write the tombstones (and delete the calls) of closes whose sends Kafka has
         acknowledged, in close order. A failed send raises here, so the worker stops without
@@ -236,14 +251,17 @@ class Join:
                 break
             for future in futures:
                 future.result()
-            # The tombstone first, in one record: a crash between the writes then leaves a
-            # closed rollout with stale calls (swept by `_rebuild`), never an open one that
-            # lost some calls and would re-close with other turn indices and credits.
-            await self._write(key, state.to_bytes(with_calls=False), state.partition)
-            for span_id in kept:
-                await self._write(call_key(key, span_id), None, state.partition)
+            await self._record(key, state, kept)
             done += 1
         del self.unrecorded[:done]
+
+    async def _record(self, key: bytes, state: Rollout, kept: list[str]) -> None:
+        # The tombstone first, in one record: a crash between the writes then leaves a
+        # closed rollout with stale calls (swept by `_rebuild`), never an open one that
+        # lost some calls and would re-close with other turn indices and credits.
+        await self._write(key, state.to_bytes(with_calls=False), state.partition)
+        for span_id in kept:
+            await self._write(call_key(key, span_id), None, state.partition)
 
     async def shutdown(self, timeout_s: float = 10.0) -> None:
         """On a clean stop: record what Kafka acknowledges in time, close our client."""

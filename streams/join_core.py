@@ -15,42 +15,66 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from streams.air_rules import AirRules
+from streams.air_rules import AirRules, PoisonSpan
 from streams.cleaning import NO_TOKEN_IDS, Selector
 from streams.close_rules import CloseSchedule, close_reason
 from streams.positions import ReadPositions
 from streams.rollout import ADDED, DUPLICATE, EXTRA_FINAL, LATE, Rollout
 from tracetrain.records import AirEvent, Reward, Span
+from tracetrain.rewards import OUT_OF_BOUNDS, reward_problem
+from tracetrain.settings.rewards import RewardSettings
 from tracetrain.settings.streams import StreamsSettings
 
 # The details of the dead letters an event that changed nothing gets (reason = outcome).
 LATE_DETAIL = "the rollout was already closed"
 EXTRA_FINAL_DETAIL = "the rollout already has a final reward"
+# The outcome of an event dead-lettered before it reached its rollout (a poison span).
+REJECTED = "rejected"
+CALL_TOO_LARGE = "call_too_large"
+# What a record needs in a producer request beyond its key and value (record and batch
+# framing, about 80 bytes; headers are counted apart): rounded up, so that a value at the
+# limit is never the one Kafka refuses.
+RECORD_OVERHEAD = 512
 
 
-def record_problem(key: bytes | None, record: dict) -> tuple[str, str] | None:
+def call_key(key: bytes, span_id: str) -> bytes:
+    """Table key of one kept call. The leading NUL cannot start a rollout key: rollout ids
+    containing NUL are dead-lettered (`record_problem`)."""
+    return b"\x00" + key + b"\x00" + span_id.encode()
+
+
+def record_problem(key: bytes | None, record: dict,
+                   max_reward: float = RewardSettings().max_abs) -> tuple[str, str] | None:
     """(reason, detail) when a decoded record cannot join its rollout; None when it can."""
-    if key is not None and key != record["rollout_id"].encode():
-        return ("key_mismatch",
-                f"record key {key!r} differs from rollout_id {record['rollout_id']!r}; "
-                "producers must key by rollout_id (co-partitioning)")
-    if "\x00" in record["rollout_id"]:  # table keys of calls start with NUL (join.call_key)
+    if key != record["rollout_id"].encode():
+        # A record without a key is placed by its producer's partitioner: it would open a
+        # second state of its rollout on another partition.
+        found = "has no key" if key is None else f"key {key!r} differs from rollout_id"
+        return ("key_mismatch", f"record {found} {record['rollout_id']!r}; producers must key "
+                "by rollout_id (co-partitioning)")
+    if "\x00" in record["rollout_id"]:  # table keys of calls start with NUL (call_key)
         return ("invalid_rollout_id",
                 f"rollout_id {record['rollout_id']!r} contains NUL; expected text without it")
+    if "value" in record:  # a Reward or an AirEvent
+        problem = reward_problem(record["value"], max_reward)
+        if problem:
+            return OUT_OF_BOUNDS, f"value {problem}"
     return None
 
 
 @dataclass
 class Applied:
     """What one event did to its rollout. `dead` holds (reason, detail) pairs for the event's
-    own record; `new_call` is the span id of a call kept for training; `derived` the AirEvents
-    its span produced (applied already, published by the adapter)."""
+    own record; `new_call` is the span id of a call kept for training (`call_bytes` its table
+    entry); `derived` the AirEvents its span produced (applied already, published by the
+    adapter)."""
 
     key: bytes
-    state: Rollout
+    state: Rollout | None  # None: the event was rejected before it reached its rollout
     outcome: str
     dead: list[tuple[str, str]] = field(default_factory=list)
     new_call: str | None = None
+    call_bytes: bytes = b""  # the new call as the table stores it
     derived: list[AirEvent] = field(default_factory=list)
 
     @property
@@ -60,8 +84,8 @@ class Applied:
 
 class RolloutJoin:
     def __init__(self, cfg: StreamsSettings, load: Callable[[bytes, int], Rollout | None]
-                 = lambda key, partition: None):
-        self.cfg, self.load = cfg, load
+                 = lambda key, partition: None, max_reward: float = RewardSettings().max_abs):
+        self.cfg, self.load, self.max_reward = cfg, load, max_reward
         self.rules, self.selector = AirRules(cfg.air_rules), Selector.from_settings(cfg)
         self.rollouts: dict[bytes, Rollout] = {}
         self.open_keys: set[bytes] = set()  # cached rollouts not closed yet
@@ -118,8 +142,12 @@ class RolloutJoin:
         return applied
 
     def span(self, span: Span, partition: int, ts_ns: int, wall: float) -> Applied:
-        verdict = self.selector.classify(span)
         key = span["rollout_id"].encode()
+        try:  # before the rollout changes: a span the rules cannot read does not join
+            derived = self.rules.derive(span, ts_ns)
+        except PoisonSpan as exc:
+            return Applied(key, None, REJECTED, dead=[(exc.reason, str(exc))])
+        verdict = self.selector.classify(span)
         state = self.rollout(key, partition)
         outcome = state.add_span(span, verdict == "keep", ts_ns, wall,
                                  self.cfg.end_marker_attribute)
@@ -129,11 +157,36 @@ class RolloutJoin:
         if verdict == NO_TOKEN_IDS:  # re-tokenizing from messages is deferred (see cleaning.py)
             applied.dead.append((NO_TOKEN_IDS, f"span {span['span_id']} of the trained policy "
                                  "carries no prompt/response token ids"))
-        applied.derived = self.rules.derive(span, ts_ns)
-        for air in applied.derived:  # applied at once; the air topic's copy is skipped
+        applied.derived = derived
+        for air in derived:  # applied at once; the air topic's copy is skipped
             state.add_air(air, ts_ns, wall)
-        applied.new_call = span["span_id"] if verdict == "keep" else None
+        if verdict == "keep":
+            self._keep_call(applied, span["span_id"])
         return applied
+
+    def _keep_call(self, applied: Applied, span_id: str) -> None:
+        """Store the kept call if its table entry fits a record; else the call is not trained
+        and its span goes to the DLQ (the rollout keeps the span's other effects)."""
+        raw = applied.state.call_bytes(span_id)
+        if self.fits(call_key(applied.key, span_id), raw):
+            applied.new_call, applied.call_bytes = span_id, raw
+            return
+        applied.state.drop_call(span_id)
+        applied.dead.append((CALL_TOO_LARGE, f"span {span_id}: its call is {len(raw)} bytes as "
+                             f"stored, over streams.max_record_bytes "
+                             f"{self.cfg.max_record_bytes}; the call is not trained"))
+
+    def fits(self, key: bytes, value: bytes) -> bool:
+        """Whether a table entry stays within the largest record the worker may write."""
+        return len(key) + len(value) + RECORD_OVERHEAD <= self.cfg.max_record_bytes
+
+    def outgrown(self, key: bytes, stored: bytes) -> bool:
+        """A rollout's state (`stored`, as the table would hold it) outgrew a record: it
+        closes now as OVERSIZE, by `on_oversize`, instead of being written."""
+        if self.fits(key, stored):
+            return False
+        self.schedule.unwait(key)
+        return True
 
     def reward(self, reward: Reward, partition: int, ts_ns: int, wall: float) -> Applied:
         key = reward["rollout_id"].encode()

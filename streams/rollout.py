@@ -108,6 +108,10 @@ class Rollout:
         self._touch(ts_ns, wall)
         return ADDED
 
+    def drop_call(self, span_id: str) -> None:
+        """Train no transition for this call (its span stays known to the rollout)."""
+        del self.calls[span_id]
+
     def add_air(self, event: dict, ts_ns: int, wall: float) -> str:
         if self.closed:
             return LATE

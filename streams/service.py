@@ -3,7 +3,8 @@
     tracetrain up --services kafka,streams
 
 Several workers with the same settings share the partitions: start each with its own
-`instance` name and `streams.web_port`.
+`instance` name and `streams.web_port`. Supervised: a worker that exits (it does, with status
+70, when Kafka failed a record it wrote) is started again (infra/supervise.py).
 """
 
 from __future__ import annotations
@@ -19,4 +20,5 @@ STREAMS = Service(
     listen=lambda s: (s.streams.web_host, s.streams.web_port),
     health_path="/healthz",
     start_timeout_s=lambda s: s.streams.start_timeout_s,
+    restart=True,
 )

@@ -22,6 +22,8 @@ StalenessPolicy = Literal["drop", "downweight"]
 CreditMode = Literal["identical", "air", "discounted"]
 # streams: a rollout that timed out without its final reward
 OnTimeout = Literal["dlq", "emit"]
+# streams: a rollout whose stored state outgrew a Kafka record
+OnOversize = Literal["dlq", "emit"]
 # streams: an event for a rollout already closed
 LatePolicy = Literal["dlq", "ignore"]
 # serving: the policy engine
@@ -35,6 +37,7 @@ LOSS_TYPES: tuple[str, ...] = get_args(LossType)
 STALENESS_POLICIES: tuple[str, ...] = get_args(StalenessPolicy)
 CREDIT_MODES: tuple[str, ...] = get_args(CreditMode)
 ON_TIMEOUT: tuple[str, ...] = get_args(OnTimeout)
+ON_OVERSIZE: tuple[str, ...] = get_args(OnOversize)
 LATE_POLICIES: tuple[str, ...] = get_args(LatePolicy)
 ENGINE_BACKENDS: tuple[str, ...] = get_args(EngineBackend)
 REGISTRY_ALIASES: tuple[str, ...] = get_args(RegistryAlias)

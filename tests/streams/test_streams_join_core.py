@@ -4,7 +4,10 @@ what a close writes under each time-out policy, stalls and retention."""
 
 from __future__ import annotations
 
+import json
 import random
+
+import pytest
 
 from streams.cleaning import NO_TOKEN_IDS
 from streams.close_rules import plan_close
@@ -35,12 +38,93 @@ def caught_up(core: RolloutJoin, partition: int = 0, ts_ns: int = 10**15) -> Non
     core.positions.update({(s, partition): 100 for s in ("spans", "air", "rewards")}, {}, 1e12)
 
 
-def test_records_keyed_elsewhere_or_with_nul_ids_are_refused():
+def test_records_keyed_elsewhere_or_by_nothing_or_with_nul_ids_are_refused():
     assert record_problem(b"r1", {"rollout_id": "r1"}) is None
-    assert record_problem(None, {"rollout_id": "r1"}) is None
     reason, detail = record_problem(b"other", {"rollout_id": "r1"})
     assert reason == "key_mismatch" and "'r1'" in detail
+    # no key: the producer's partitioner placed it, maybe away from its rollout's partition
+    reason, detail = record_problem(None, {"rollout_id": "r1"})
+    assert reason == "key_mismatch" and "no key" in detail
     assert record_problem(b"a\x00b", {"rollout_id": "a\x00b"})[0] == "invalid_rollout_id"
+
+
+@pytest.mark.parametrize("value", [1e200, -1e7, float("nan"), float("inf"), 10**400])
+def test_rewards_and_air_values_outside_the_bound_are_refused(value):
+    for record in (reward(value=value), {"rollout_id": "r1", "span_id": "s", "rule": "x",
+                                         "value": value, "timestamp_ns": 1}):
+        reason, detail = record_problem(b"r1", record)
+        assert reason == "reward_out_of_bounds"
+        assert "rewards.max_abs" in detail or "finite" in detail, detail
+    assert record_problem(b"r1", reward(value=-1e6)) is None  # the default bound itself
+    assert record_problem(b"r1", reward(value=5.0), max_reward=4.0)[0] == "reward_out_of_bounds"
+
+
+def test_credited_returns_beyond_the_bound_dead_letter_the_rollout_on_close():
+    """Each reward within the bound, their sum not: no transition the learner must refuse."""
+    core = RolloutJoin(StreamsSettings(), max_reward=10.0)
+    core.span(llm(), 0, 1, 1.0)
+    core.reward(reward(value=8.0, final=False), 0, 2, 1.0)  # rollout-level: adds to the final
+    state = core.reward(reward(value=8.0) | {"timestamp_ns": 6}, 0, 3, 1.0).state
+    plan = plan_close(state, "final", core.cfg, "spans", "air", core.max_reward)
+    assert plan.transitions == []
+    [dead] = plan.dead_letters
+    assert dead.reason == "reward_out_of_bounds" and "16.0" in dead.detail
+
+
+@pytest.mark.parametrize("where", ["tool.arguments", "llm.tool_calls"])
+def test_json_nested_past_the_decoder_limit_dead_letters_the_span_and_the_join_goes_on(where):
+    core = RolloutJoin(StreamsSettings())
+    deep = "[" * 100_000 + "]" * 100_000
+    if where == "tool.arguments":
+        span = _tool_span("r1", "t1", "s0", 1, "tool_ok")
+        span["tool"]["arguments"] = deep
+    else:
+        span = llm(**{"llm.tool_calls": deep})
+    applied = core.span(span, 0, 1, 1.0)
+    assert applied.outcome == "rejected" and not applied.changed and applied.state is None
+    [(reason, detail)] = applied.dead
+    assert reason == "json_too_deep" and where.split(".")[-1] in detail
+    assert b"r1" not in core.rollouts  # nothing joined, nothing half-joined
+    ok = core.span(llm(sid="s2"), 0, 2, 1.0)
+    assert ok.changed and ok.new_call == "s2"
+
+
+def test_a_call_larger_than_a_record_is_dead_lettered_and_not_stored():
+    core = RolloutJoin(StreamsSettings(max_record_bytes=16_384))
+    big = llm(sid="big")
+    big["llm"]["response_token_ids"] = list(range(10_000, 14_000))
+    big["llm"]["response_logprobs"] = [-0.123456789] * 4_000
+    applied = core.span(big, 0, 1, 1.0)
+    assert applied.changed and applied.new_call is None
+    [(reason, detail)] = applied.dead
+    assert reason == "call_too_large" and "16384" in detail
+    assert applied.state.calls == {} and "big" in applied.state.starts
+    small = core.span(llm(sid="small"), 0, 2, 1.0)
+    assert small.new_call == "small" and core.fits(b"\x00r1\x00small", small.call_bytes)
+
+
+@pytest.mark.parametrize("policy", ["dlq", "emit"])
+def test_a_rollout_outgrowing_a_record_closes_by_policy(policy):
+    cfg = StreamsSettings(max_record_bytes=16_384, on_oversize=policy)
+    core = RolloutJoin(cfg)
+    applied = core.span(llm(), 0, 0, 1.0)
+    n = 0
+    while not core.outgrown(applied.key, applied.state.to_bytes(with_calls=False)):
+        n += 1
+        applied = core.span(_tool_span("r1", f"tool-{n:05d}", "s1", n, "tool_ok"), 0, n, 1.0)
+        assert n < 1000, "the state never outgrew the limit"
+    state = applied.state
+    assert len(state.to_bytes(with_calls=False)) + 512 > 16_384
+    plan = plan_close(state, "oversize", cfg, "spans", "air")
+    if policy == "dlq":
+        [dead] = plan.dead_letters
+        assert plan.transitions == [] and dead.reason == "rollout_too_large"
+        summary = json.loads(dead.body)
+        assert summary["span_count"] == n + 1 and len(summary["spans"]) == 100
+        assert len(dead.body) < 16_384  # the summary itself fits a record
+    else:
+        [transition] = plan.transitions
+        assert transition["span_id"] == "s1" and plan.dead_letters == []
 
 
 def test_reward_before_spans_closes_once_the_partition_is_read_past_the_last_span():

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from tracetrain.modes import CreditMode, LatePolicy, OnTimeout
+from tracetrain.modes import CreditMode, LatePolicy, OnOversize, OnTimeout
 
 
 class AirRuleSettings(BaseModel):
     """Value of each automatic-intermediate-reward rule (0 disables a rule)."""
+
+    # An AIR value is a reward: NaN or infinity would reach every transition it credits.
+    model_config = ConfigDict(allow_inf_nan=False)
 
     tool_ok: float = Field(0.1, description="A tool span that returned normally.")
     tool_raised: float = Field(-0.5, description="A tool span that raised (status error / ok=false).")
@@ -41,6 +44,19 @@ class StreamsSettings(BaseModel):
     timer_interval_s: float = Field(0.1, gt=0, description="How often closes/time-outs are checked.")
     on_timeout: OnTimeout = Field(
         "dlq", description="A timed-out rollout: to the DLQ, or emitted with the rewards seen so far."
+    )
+    max_record_bytes: int = Field(
+        1_000_000, ge=16_384,
+        description="The largest record the worker writes (its producer's max.request.size): a "
+        "rollout's stored state, a kept call, a transition, a dead letter. Kafka refuses larger "
+        "ones; keep it at or below the broker's message.max.bytes (1,048,588 by default) and "
+        "the output topics' max.message.bytes. A kept call over it is dead-lettered "
+        "(call_too_large), a rollout whose state outgrows it closes at once (`on_oversize`), "
+        "a dead letter whose original value is over it is sent without the value.",
+    )
+    on_oversize: OnOversize = Field(
+        "dlq", description="A rollout whose state outgrew max_record_bytes: to the DLQ (one "
+        "summary, reason rollout_too_large) or emitted with the events so far.",
     )
     late_policy: LatePolicy = Field(
         "dlq", description="Events for a closed rollout: to the DLQ (reason late_event) or only counted."
