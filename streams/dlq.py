@@ -3,8 +3,9 @@ its original key and bytes and the headers of the one DLQ contract (`tracetrain.
 source topic, partition, offset, reason tag, detail). Nothing is dropped silently; every route
 is counted per reason. An original record too large for a record of this worker
 (`streams.max_record_bytes`: the input topics may take larger ones, compressed) goes without
-its key and value, the detail saying so: they stay readable at the source topic, partition and offset
-the headers name, and the worker is not stopped by a send Kafka would refuse."""
+its value (and without its key if that is too large too), the detail saying so: it stays
+readable at the source topic, partition and offset the headers name, and the worker is not
+stopped by a send Kafka would refuse."""
 
 from __future__ import annotations
 
@@ -27,9 +28,14 @@ class DeadLetters:
         headers = dead_letter_headers(source_topic, partition, offset, reason=reason, detail=detail)
         size = len(key or b"") + len(value or b"") + sum(len(n) + len(v) for n, v in headers)
         if size + RECORD_OVERHEAD > self.max_record_bytes:
-            note = (f"[key and value ({size} bytes) not copied: over streams.max_record_bytes "
-                    f"{self.max_record_bytes}; read them at {source_topic}[{partition}]@{offset}] ")
-            key = value = None
+            cut = "value"
+            if key is not None and len(key) + 2 * RECORD_OVERHEAD > self.max_record_bytes:
+                cut, key = "key and value", None
+            key = b"" if key is None else key  # aiokafka sends no record without both
+            note = (f"[{cut} ({size} bytes with the headers) not copied: over "
+                    f"streams.max_record_bytes {self.max_record_bytes}; read it at "
+                    f"{source_topic}[{partition}]@{offset}] ")
+            value = None
             headers = dead_letter_headers(source_topic, partition, offset, reason=reason,
                                           detail=note + detail[:MAX_DETAIL_CHARS - len(note)])
         self.metrics.dlq.labels(reason=reason).inc()
