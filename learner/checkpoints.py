@@ -10,8 +10,10 @@ the registered model (`create_model_version` on that artifact URI, since `regist
 needs an MLmodel file) tagged with experiment, base model, mode, step, policy_version, offsets
 (JSON and one tag per partition) and the step's metrics, which moves the reserved alias
 `latest` (MLflow resolves it to the newest version); and a Checkpoint
-event on `settings.topics.checkpoints`. Kafka offsets are committed by the caller only after
-`save` returns, i.e. after the version is registered.
+event on `settings.topics.checkpoints`. With a broker (`fence`, learner/fencing.py) the version
+is registered inside a Kafka transaction that commits the consumed offsets and the announcement
+together, and only by the experiment's newest learner; without one (bench/learner.py) it is
+only registered, and the caller commits offsets after `save` returns.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from learner.errors import LearnerError
+from learner.fencing import Fence
 from schemas import Codec
 from tracetrain.records import Checkpoint
 from tracetrain.settings import Settings
@@ -52,8 +54,14 @@ class CheckpointStore:
                               self.client.create_experiment(experiment))
         self.run_id: str | None = None
         self.codec = Codec(registry_url=settings.schema_registry.url)
-        self._producer = None
         self.announce = announce  # False only where no broker exists (bench/learner.py)
+        self.fence: Fence | None = None
+
+    def take_over(self) -> None:
+        """Become the experiment's one learner (with a broker): every learner started on it
+        before can no longer register. Call before reading the newest checkpoint."""
+        if self.announce:
+            self.fence = Fence(self.settings, self.experiment, self.model_name)
 
     def start_run(self, run_name: str, tags: dict[str, str]) -> str:
         run = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags)
@@ -81,7 +89,10 @@ class CheckpointStore:
                 self.model_name, description="tracetrain policy checkpoints (LoRA adapters)")
 
     def save(self, policy, extra_state: dict, *, step: int, policy_version: int,
-             offsets: dict[str, int], metrics: dict[str, float]) -> SavedCheckpoint:
+             offsets: dict[str, int], metrics: dict[str, float], group=None) -> SavedCheckpoint:
+        """Log, register and (with a fence) announce one checkpoint, committing `offsets` for
+        the consumer group whose metadata `group()` gives; raises LearnerFenced when a newer
+        learner took the experiment over."""
         started = time.perf_counter()
         path = f"checkpoints/step-{step:08d}"
         with tempfile.TemporaryDirectory(prefix="tt-ckpt-") as tmp:
@@ -101,22 +112,27 @@ class CheckpointStore:
             **{f"metric.{k}": f"{v:.6g}" for k, v in metrics.items()},
         }
         self._ensure_model()
-        mv = self.client.create_model_version(self.model_name, source=source, run_id=self.run_id,
-                                              tags=tags)
-        # No set_registered_model_alias(..., "latest"): MLflow 3 reserves that alias and resolves
-        # it to the newest version itself (get_model_version_by_alias(name, "latest"), and
-        # models:/name@latest), so registering the version is what moves it.
+
+        def register():
+            # No set_registered_model_alias(..., "latest"): MLflow 3 reserves that alias and
+            # resolves it to the newest version itself (get_model_version_by_alias(name,
+            # "latest"), and models:/name@latest), so registering the version is what moves it.
+            return self.client.create_model_version(self.model_name, source=source,
+                                                    run_id=self.run_id, tags=tags)
+
+        def announce(mv) -> tuple[str, bytes, bytes]:
+            event = self._event(int(mv.version), policy_version, step, source, offsets, metrics)
+            return self.settings.topics.checkpoints, self.model_name.encode(), event
+
+        def unregister(mv) -> None:
+            self.client.delete_model_version(self.model_name, mv.version)
+
+        mv = register() if self.fence is None else \
+            self.fence.commit(offsets, group, register, announce, unregister)
         register_s = time.perf_counter() - started
-        if self.announce:
-            self._announce(int(mv.version), policy_version, step, source, offsets, metrics)
         return SavedCheckpoint(int(mv.version), source, self.run_id, register_s)
 
-    def _announce(self, version, policy_version, step, source, offsets, metrics) -> None:
-        from confluent_kafka import Producer
-
-        if self._producer is None:
-            self._producer = Producer({"bootstrap.servers": self.settings.kafka.bootstrap_servers,
-                                       "enable.idempotence": True, "acks": "all"})
+    def _event(self, version, policy_version, step, source, offsets, metrics) -> bytes:
         event: Checkpoint = {
             "model_name": self.model_name, "version": version, "policy_version": policy_version,
             "run_id": self.run_id, "step": step, "mode": self.settings.learner.mode,
@@ -124,11 +140,7 @@ class CheckpointStore:
             "offsets": offsets, "metrics": {k: float(v) for k, v in metrics.items()},
             "created_ns": time.time_ns(),
         }
-        self._producer.produce(self.settings.topics.checkpoints, key=self.model_name,
-                               value=self.codec.encode("Checkpoint", event))
-        if self._producer.flush(30):
-            raise LearnerError(f"Checkpoint event for version {version} was not delivered to "
-                               f"{self.settings.topics.checkpoints} within 30 s")
+        return self.codec.encode("Checkpoint", event)
 
     def versions(self) -> list:
         """This experiment's registered versions, oldest first."""

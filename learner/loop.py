@@ -6,14 +6,23 @@
 Reads transitions (learner/batches.py); trains (learner/trainer.py); every
 `checkpoint_every_steps` steps (or `checkpoint_every_s`), and once more when a bounded run
 ends, registers a checkpoint in MLflow (learner/checkpoints.py) and only then commits the
-consumed offsets to Kafka. On start it loads the experiment's newest checkpoint and seeks to
-the offsets stored in it, whatever the group's committed offsets say: with the ledger of
-trained transition ids in the same checkpoint, each transition changes the model once.
+consumed offsets to Kafka (in one Kafka transaction, learner/fencing.py). On start it first
+fences every learner started on the experiment before (they can no longer register), then
+loads the experiment's newest checkpoint and seeks to the offsets stored in it, whatever the
+group's committed offsets say: with the dedupe window of transition ids in the same checkpoint,
+each transition changes the model once.
+
+A broken model is never registered: a step whose loss or gradient is not finite is not taken
+and its transitions go to the DLQ (non_finite_loss, non_finite_grad); before registering, the
+policy is scored on fixed texts (`PolicyTrainer.probe_loss`), and if that is not finite the
+transitions trained since the last checkpoint go to the DLQ (non_finite_probe), nothing is
+registered and the policy goes back to the last registered checkpoint (or the base model).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import tempfile
 import time
 from collections import Counter
@@ -25,6 +34,7 @@ from threading import Event
 from learner.advantages import GroupBuffer, make_advantage
 from learner.batches import TransitionBatcher
 from learner.checkpoints import CheckpointStore, SavedCheckpoint
+from learner.errors import NonFiniteStep
 from learner.metrics import LearnerMetrics
 from learner.trainer import PolicyTrainer
 from tracetrain.settings import Settings
@@ -66,13 +76,14 @@ def run_learner(
     experiment = experiment or settings.mlflow.experiment
     model_name = model_name or settings.mlflow.registered_model
     store = CheckpointStore(settings, experiment, model_name)
+    store.take_over()  # before reading the newest checkpoint: see the module docstring
     work = Path(tempfile.mkdtemp(prefix="tt-learner-"))
     policy = PolicyTrainer(settings, work / "trl")
     advantage = make_advantage(learner)
     buffer = GroupBuffer(learner.group_size, learner.group_wait_s) if learner.advantage == "group" \
         else None
     result = LoopResult(policy=policy)
-    policy_version, offsets, counters = 0, start_offsets, Counter()
+    policy_version, offsets, counters, dedupe = 0, start_offsets, Counter(), None
 
     found = store.latest(work / "resume") if resume else None
     if found is not None:
@@ -84,15 +95,13 @@ def run_learner(
         advantage.load_state_dict(extra["advantage"])
         if buffer is not None:
             buffer.load_state_dict(extra["group_buffer"])
+        dedupe = extra.get("dedupe") or _window_of(result.ledger, buffer)
         result.resumed_from = int(version.version)
         metrics.policy_version.set(policy_version)
         log.info("resumed from %s version %s (step %d)", model_name, version.version, policy.step)
 
-    seen = [tid for step_ids in result.ledger for tid in step_ids]
-    if buffer is not None:  # consumed before the checkpoint, trained after it
-        seen += [t["transition_id"] for g in buffer.groups.values() for t in g["items"]]
     batcher = TransitionBatcher(settings, topic=topic, group_id=group_id, start_offsets=offsets,
-                                stop_offsets=stop_offsets, seen_ids=seen,
+                                stop_offsets=stop_offsets, dedupe=dedupe,
                                 vocab_size=policy.vocab_size)
     batcher.counters.update(counters)
     metrics.watch(batcher.counters)
@@ -102,23 +111,72 @@ def run_learner(
     started = time.monotonic()
     last_ckpt_t, last_ckpt_step = time.monotonic(), policy.step
     pending_offsets = dict(offsets or {})
+    trained: list[list[dict]] = []  # the transitions of each step since the last checkpoint
 
     def checkpoint() -> None:
         nonlocal policy_version, last_ckpt_t, last_ckpt_step
-        extra = {
-            "offsets": pending_offsets, "policy_version": policy_version + 1,
-            "ledger": _trim(result.ledger, learner.dedupe_window),
-            "counters": dict(batcher.counters), "advantage": advantage.state_dict(),
-            "group_buffer": buffer.state_dict() if buffer is not None else {},
-        }
-        saved = store.save(policy, extra, step=policy.step, policy_version=policy_version + 1,
-                           offsets=pending_offsets, metrics=result.metrics)
-        policy_version += 1
-        batcher.commit(pending_offsets)  # only now: the version holding them is registered
-        metrics.checkpointed(policy_version)
-        result.checkpoints.append(saved)
+        probe = policy.probe_loss()
+        if not math.isfinite(probe):
+            reject(probe)
+        else:
+            extra = {
+                "offsets": pending_offsets, "policy_version": policy_version + 1,
+                "ledger": _trim(result.ledger, learner.dedupe_window),
+                "counters": dict(batcher.counters), "advantage": advantage.state_dict(),
+                "group_buffer": buffer.state_dict() if buffer is not None else {},
+                "dedupe": batcher.seen.state_dict(),
+            }
+            saved = store.save(policy, extra, step=policy.step, policy_version=policy_version + 1,
+                               offsets=pending_offsets, metrics={**result.metrics,
+                                                                 "probe_loss": probe},
+                               group=batcher.group_metadata)
+            policy_version += 1
+            if store.fence is None:  # else committed with the registration
+                batcher.commit(pending_offsets)  # only now: the version holding them is registered
+            metrics.checkpointed(policy_version)
+            result.checkpoints.append(saved)
+            store.log_metrics({"register_s": saved.register_s, "probe_loss": probe}, policy.step)
+        trained.clear()
         last_ckpt_t, last_ckpt_step = time.monotonic(), policy.step
-        store.log_metrics({"register_s": saved.register_s}, policy.step)
+
+    def reject(probe: float) -> None:
+        """The policy is broken: drop what it learnt since the last checkpoint."""
+        nonlocal policy
+        lost = [t for step in trained for t in step]
+        log.error("the policy at step %d scores %s on the probe set: not registered; the %d "
+                  "transitions of its last %d steps go to the DLQ and the policy goes back to "
+                  "the last registered checkpoint", policy.step, probe, len(lost), len(trained))
+        metrics.rejected.inc()
+        batcher.dead_letter(lost, "non_finite_probe",
+                            f"the policy trained on it scored {probe} on the probe set")
+        del result.ledger[len(result.ledger) - len(trained):]
+        found = store.latest(work / f"restore-{time.time_ns()}")
+        if found is None:
+            policy = result.policy = PolicyTrainer(settings, work / "trl")
+        else:
+            policy.load(found[1])
+
+    def train(ready: list[dict]) -> None:
+        weights = [t["_weight"] for t in ready]
+        stale = [t["_staleness"] for t in ready]
+        advantages = advantage.compute(ready)
+        step_started = time.monotonic()
+        try:
+            step_metrics = policy.train_step(ready, advantages, weights)
+        except NonFiniteStep as exc:
+            log.warning("step skipped: %s; its %d transitions go to the DLQ", exc, len(ready))
+            metrics.skipped.labels(reason=exc.reason).inc()
+            batcher.dead_letter(ready, exc.reason, str(exc))
+            return
+        step_metrics["staleness"] = sum(stale) / len(stale)
+        metrics.stepped(len(ready), step_metrics, time.monotonic() - step_started)
+        result.metrics = step_metrics
+        result.steps += 1
+        result.ledger.append([t["transition_id"] for t in ready])
+        trained.append(ready)
+        store.log_metrics(step_metrics, policy.step)
+        if on_step:
+            on_step(policy.step, {**step_metrics, "version": policy_version})
 
     try:
         while True:
@@ -136,7 +194,7 @@ def run_learner(
             batch = batcher.next_batch(policy_version, timeout_s=timeout, stop=stop)
             if batch is None and batcher.exhausted and (buffer is None or not len(buffer)):
                 break
-            ready, weights, stale = [], [], []
+            ready = []
             if batch is not None:
                 for t, w, s in zip(batch.transitions, batch.weights, batch.staleness, strict=True):
                     t["_weight"], t["_staleness"] = w, s
@@ -146,19 +204,7 @@ def run_learner(
                 buffer.add(ready)
                 ready = buffer.release(flush=batcher.exhausted)
             if ready:
-                weights = [t["_weight"] for t in ready]
-                stale = [t["_staleness"] for t in ready]
-                advantages = advantage.compute(ready)
-                step_started = time.monotonic()
-                step_metrics = policy.train_step(ready, advantages, weights)
-                step_metrics["staleness"] = sum(stale) / len(stale)
-                metrics.stepped(len(ready), step_metrics, time.monotonic() - step_started)
-                result.metrics = step_metrics
-                result.steps += 1
-                result.ledger.append([t["transition_id"] for t in ready])
-                store.log_metrics(step_metrics, policy.step)
-                if on_step:
-                    on_step(policy.step, {**step_metrics, "version": policy_version})
+                train(ready)
             due_steps = policy.step - last_ckpt_step >= learner.checkpoint_every_steps
             due_time = (learner.checkpoint_every_s is not None and policy.step > last_ckpt_step
                         and time.monotonic() - last_ckpt_t >= learner.checkpoint_every_s)
@@ -174,6 +220,15 @@ def run_learner(
         result.counters = Counter(batcher.counters)
         batcher.close()
     return result
+
+
+def _window_of(ledger: list[list[str]], buffer: GroupBuffer | None) -> dict:
+    """The dedupe window of a checkpoint written before it held one: its trained ids and the
+    ones consumed before it and trained after it, with no emitted_ns known."""
+    ids = [tid for step_ids in ledger for tid in step_ids]
+    if buffer is not None:
+        ids += [t["transition_id"] for g in buffer.groups.values() for t in g["items"]]
+    return {"ids": ids, "emitted_ns": [0] * len(ids), "horizon_ns": 0}
 
 
 def _trim(ledger: list[list[str]], window: int) -> list[list[str]]:

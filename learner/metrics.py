@@ -25,6 +25,11 @@ class LearnerMetrics:
         self.transitions = m.counter("trained", "transitions", "Transitions trained on.")
         self.checkpoints = m.counter("registered", "checkpoints",
                                      "Checkpoints registered in MLflow (offsets committed after).")
+        self.skipped = m.counter("skipped", "steps", "Steps not taken: their loss or gradient "
+                                 "was not finite (their transitions went to the DLQ).", ["reason"])
+        self.rejected = m.counter("rejected", "checkpoints", "Checkpoints not registered: the "
+                                  "policy's probe loss was not finite (it went back to the last "
+                                  "registered one).")
         self.policy_version = m.gauge("policy", "version", "policy_version of the newest "
                                       "checkpoint (resumed or registered).")
         self.loss = m.gauge("last_loss", "value", "Loss of the last step.")
@@ -67,6 +72,8 @@ class LearnerMetrics:
         return {"trained_steps": int(values(self.steps)),
                 "trained_transitions": int(values(self.transitions)),
                 "registered_checkpoints": int(values(self.checkpoints)),
+                "skipped_steps": values(self.skipped, "reason"),
+                "rejected_checkpoints": int(values(self.rejected)),
                 "policy_version": int(values(self.policy_version)),
                 "last_step": self.last_step, "input_records": dict(self._counters)}
 

@@ -9,11 +9,15 @@ dir). Modes: `rl` runs TRL's GRPO loss (learner/policy_loss.py); `sft` and `kto`
 SFTTrainer / KTOTrainer losses (learner/offline_modes.py). The optimizer and scheduler are
 built once by the TRL trainer (`create_optimizer_and_scheduler`) and stepped per micro-batch,
 so their state persists; `save`/`load` carry adapter, optimizer, scheduler and RNG state so a
-resumed learner continues exactly.
+resumed learner continues exactly. A step whose loss or gradient is not finite is not taken
+(`NonFiniteStep`); `probe_loss` scores fixed texts, so that a broken policy is never
+registered. Checkpoint state is read with `torch.load(weights_only=True)` (tensors and plain
+values, nothing unpickled that could run code) and the adapter from safetensors.
 """
 
 from __future__ import annotations
 
+import pickle
 import random
 import time
 from pathlib import Path
@@ -21,13 +25,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from learner.errors import LearnerError
+from learner.errors import LearnerError, NonFiniteStep
 from learner.policy_loss import build_grpo_trainer, inputs_from, response_logps, rl_loss
 from tracetrain.base_model import resolve_base_model
 from tracetrain.modes import LEARNER_MODES, one_of
 from tracetrain.settings import Settings
 
 LORA_TARGETS = ["q_proj", "v_proj"]
+# The probe set: fixed texts every registered version is scored on (`probe_loss`).
+PROBE_TEXTS = ("The capital of France is Paris.", "2 + 2 = 4",
+               "def add(a, b):\n    return a + b", "Thank you, and have a nice day!")
+# Checkpoints written before their RNG state was stored as plain values hold numpy's as an
+# array: these are the only non-tensor types read, all of them data, none callable on load.
+_NUMPY_STATE = (np._core.multiarray._reconstruct, np.ndarray, np.dtype,
+                type(np.dtype(np.uint32)))
 
 
 def seed_everything(seed: int) -> None:
@@ -111,8 +122,14 @@ class PolicyTrainer:
             loss, metrics = offline_modes.loss(self, transitions, advantages, inputs)
         if loss is None:  # nothing in this batch is trainable in this mode (e.g. sft threshold)
             return {"loss": 0.0, "skipped": 1.0}
+        if not torch.isfinite(loss.detach()):
+            raise NonFiniteStep("non_finite_loss", f"the step's loss is {float(loss.detach()):g}")
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.learner.max_grad_norm)
+        if not torch.isfinite(grad_norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise NonFiniteStep("non_finite_grad", f"the step's gradient norm is "
+                                f"{float(grad_norm):g}")
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -133,6 +150,18 @@ class PolicyTrainer:
             **metrics,
         }
 
+    def probe_loss(self) -> float:
+        """Mean next-token loss of the policy on PROBE_TEXTS (no gradient): NaN or infinite
+        when the weights are broken."""
+        batch = self.tokenizer(list(PROBE_TEXTS), return_tensors="pt", padding=True)
+        labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+        self.model.eval()
+        with torch.no_grad():
+            out = self.model(input_ids=batch["input_ids"].to(self.device),
+                             attention_mask=batch["attention_mask"].to(self.device),
+                             labels=labels.to(self.device))
+        return float(out.loss)
+
     # -- checkpoint state --------------------------------------------------------------------
 
     def save(self, directory: Path, extra_state: dict) -> None:
@@ -146,8 +175,9 @@ class PolicyTrainer:
             "step": self.step,
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
+            # numpy's state as plain values: weights_only loading reads no arrays
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
-                    "numpy": np.random.get_state()},
+                    "numpy": _plain_numpy_state()},
             "extra": extra_state,
         }, directory / "trainer_state.pt")
 
@@ -163,15 +193,28 @@ class PolicyTrainer:
         else:
             weights = load_file(directory / "model" / "model.safetensors")
             self.model.load_state_dict(weights, strict=False)
-        state = torch.load(directory / "trainer_state.pt", weights_only=False)
+        path = directory / "trainer_state.pt"
+        try:
+            with torch.serialization.safe_globals(list(_NUMPY_STATE)):
+                state = torch.load(path, weights_only=True)
+        except pickle.UnpicklingError as exc:
+            raise LearnerError(f"checkpoint state {path} holds objects that only unpickling "
+                               "could build; refused (expected tensors and plain values, as "
+                               f"the learner writes them): {str(exc)[:300]}") from exc
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["rng"]["torch"])
         random.setstate(state["rng"]["python"])
-        np.random.set_state(state["rng"]["numpy"])
+        name, keys, *rest = state["rng"]["numpy"]
+        np.random.set_state((name, np.asarray(keys, dtype=np.uint32), *rest))
         self.step = state["step"]
         return state["extra"]
 
     def trainable_state(self) -> dict[str, torch.Tensor]:
         """The trained weights (the adapter under PEFT), for comparing two runs."""
         return {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
+
+
+def _plain_numpy_state() -> tuple:
+    name, keys, *rest = np.random.get_state()  # rest: position, has_gauss, cached_gaussian
+    return (name, keys.tolist(), *rest)

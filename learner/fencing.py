@@ -1,0 +1,108 @@
+"""One learner per experiment, by Kafka's fencing of transactional producers; and a checkpoint's
+consumed offsets committed in one transaction with its announcement.
+
+    fence = Fence(settings, experiment, model_name)     # fences every earlier learner of it
+    version = fence.commit(offsets, group, register, announce, unregister)
+
+Every learner of an experiment uses the same `transactional.id`; `init_transactions` gives the
+newest one a higher producer epoch, and from then on the broker refuses every transactional
+request of the older ones. A checkpoint is registered inside a transaction: it begins by adding
+the consumed offsets to it (the broker's answer is the fence check: a fenced learner stops
+there, having registered nothing), then `register()` creates the MLflow version, the
+announcement is produced and the transaction committed. A learner fenced between its check and
+its commit (the newer one started within that second) deletes the version it just registered
+(`unregister`) before it stops, so the newer one's versions are the only ones that stay.
+Broker errors that are not fatal (an outage) are retried until the broker answers.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+
+from learner.batches import split_key
+from learner.errors import LearnerError, LearnerFenced
+from tracetrain.settings import Settings
+
+log = logging.getLogger("tracetrain.learner")
+T = TypeVar("T")
+FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+LONGEST_WAIT_S = 30.0
+
+
+class _Abort(Exception):
+    """The transaction must be aborted (librdkafka's txn_requires_abort)."""
+
+
+class Fence:
+    def __init__(self, settings: Settings, experiment: str, model_name: str):
+        self.transactional_id = f"{settings.topics.prefix}.learner.{model_name}.{experiment}"
+        self.producer = Producer({
+            "bootstrap.servers": settings.kafka.bootstrap_servers,
+            "transactional.id": self.transactional_id, "acks": "all",
+            # a transaction left open by a killed learner is aborted after this
+            "transaction.timeout.ms": 60_000,
+        })
+        self._call(lambda: self.producer.init_transactions(30), "init_transactions")
+
+    def commit(self, offsets: dict[str, int], group: Callable[[], object],
+               register: Callable[[], T],
+               announce: Callable[[T], tuple[str, bytes, bytes]],
+               unregister: Callable[[T], None]) -> T:
+        """Register a checkpoint as the experiment's one learner; see the module docstring.
+        `offsets`: "topic:partition" -> next offset; `group()`: the consumer's group metadata
+        now (a rebalance changes it); `announce(registered)`: (topic, key, value) of the
+        announcement."""
+        parts = [TopicPartition(*split_key(k), v) for k, v in offsets.items()]
+        while True:
+            self._call(self.producer.begin_transaction, "begin_transaction")
+            try:
+                if parts:
+                    self._call(lambda: self.producer.send_offsets_to_transaction(
+                        parts, group(), 30), "send_offsets_to_transaction")
+                break
+            except _Abort as exc:
+                log.warning("%s; aborting the transaction and trying again", exc)
+                self._call(lambda: self.producer.abort_transaction(30), "abort_transaction")
+                time.sleep(1.0)
+        registered = register()
+        topic, key, value = announce(registered)
+        try:
+            self.producer.produce(topic, key=key, value=value)
+            self._call(lambda: self.producer.commit_transaction(30), "commit_transaction")
+        except LearnerFenced:
+            unregister(registered)
+            raise
+        except _Abort as exc:
+            # Registered, its offsets not committed: harmless, a resumed learner seeks to the
+            # offsets stored in the checkpoint; the next checkpoint commits newer ones.
+            log.warning("checkpoint registered, but its offsets and announcement were not "
+                        "committed (%s); the next checkpoint's are", exc)
+            self._call(lambda: self.producer.abort_transaction(30), "abort_transaction")
+        return registered
+
+    def _call(self, fn: Callable[[], T], what: str) -> T:
+        wait_s = 1.0
+        while True:
+            try:
+                return fn()
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                if error.code() in FENCED:
+                    raise LearnerFenced(
+                        f"another learner started on this experiment (transactional.id "
+                        f"{self.transactional_id!r}): this one stops without registering "
+                        f"({what}: {error})") from exc
+                if error.fatal():
+                    raise LearnerError(f"{what} failed for good: {error}") from exc
+                if error.txn_requires_abort():
+                    raise _Abort(f"{what}: {error}") from exc
+                if not error.retriable():
+                    raise LearnerError(f"{what} failed: {error}") from exc
+                log.warning("%s: %s; trying again in %.0f s", what, error, wait_s)
+                time.sleep(wait_s)
+                wait_s = min(wait_s * 2, LONGEST_WAIT_S)
