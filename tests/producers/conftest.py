@@ -1,6 +1,6 @@
-"""Fixtures of the producers tests: a broker of our own (so a test can stop and restart it
-without disturbing the session broker), the fixed upstream and a gateway in front of it.
-Reading back what arrived: testkit.producers.consume."""
+"""Fixtures of the producers tests: settings on a broker of our own (testkit's `own_broker`,
+which a test can stop and restart without disturbing the session broker), the fixed upstream
+and a gateway in front of it. Reading back what arrived: testkit.producers.consume."""
 
 from __future__ import annotations
 
@@ -10,32 +10,8 @@ import pytest
 from pydantic import SecretStr
 
 from infra import processes, topics
-from infra.kafka import broker
 from tracetrain.settings import load_settings
-from tracetrain.settings.infra import KafkaSettings, TopicSettings
-
-
-class OwnBroker:
-    def __init__(self, home, kafka: KafkaSettings):
-        self.home, self.kafka = home, kafka
-
-    def stop(self) -> None:
-        broker.stop(self.home)
-
-    def start(self) -> None:
-        broker.start(self.home, self.kafka, brokers=1)
-
-
-@pytest.fixture(scope="module")
-def own_broker(tmp_path_factory):
-    home = tmp_path_factory.mktemp("own-kafka")
-    kafka = KafkaSettings(port=processes.free_port(), controller_port=processes.free_port(),
-                          heap_mb=384)
-    kafka = kafka.model_copy(update={"bootstrap_servers": broker.bootstrap(kafka, 1)})
-    own = OwnBroker(home, kafka)
-    own.start()
-    yield own
-    own.stop()
+from tracetrain.settings.infra import TopicSettings
 
 
 @pytest.fixture
