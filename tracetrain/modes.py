@@ -26,6 +26,8 @@ OnTimeout = Literal["dlq", "emit"]
 LatePolicy = Literal["dlq", "ignore"]
 # serving: the policy engine
 EngineBackend = Literal["embedded", "vllm"]
+# serving: the base weights the embedded engine's llama-server loads
+EngineWeights = Literal["f32", "q4_1"]
 # serving: the registered-model alias the reloader follows
 RegistryAlias = Literal["latest", "production"]
 
@@ -37,6 +39,7 @@ CREDIT_MODES: tuple[str, ...] = get_args(CreditMode)
 ON_TIMEOUT: tuple[str, ...] = get_args(OnTimeout)
 LATE_POLICIES: tuple[str, ...] = get_args(LatePolicy)
 ENGINE_BACKENDS: tuple[str, ...] = get_args(EngineBackend)
+ENGINE_WEIGHTS: tuple[str, ...] = get_args(EngineWeights)
 REGISTRY_ALIASES: tuple[str, ...] = get_args(RegistryAlias)
 
 

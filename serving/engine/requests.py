@@ -11,7 +11,7 @@ import time
 import uuid
 from typing import Any
 
-from serving.engine.decode import GenRequest, GenResult
+from serving.engine.generation import GenRequest, GenResult
 from tracetrain.errors import BadRequest
 
 

@@ -9,6 +9,7 @@ Reads settings.engine (host, port, batching), settings.base_model; serves until 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 
@@ -25,10 +26,11 @@ log = logging.getLogger("tracetrain.engine")
 def make_server(settings: Settings) -> uvicorn.Server:
     model_dir = resolve_base_model(settings.base_model, settings.home_dir)
     started = time.monotonic()
-    policy = Policy(model_dir, settings.engine.threads)
-    log.info("loaded %s in %.1fs (context %d)", model_dir, time.monotonic() - started,
-             policy.context_length)
+    policy = Policy(model_dir, settings.engine, settings.home_dir / "engine" / str(os.getpid()))
     app = build_app(policy, settings.engine, base_name=settings.base_model)
+    log.info("llama-server on %s (%s weights, %d slots) ready in %.1fs (context %d)",
+             policy.base.name, settings.engine.weights, settings.engine.slots,
+             time.monotonic() - started, policy.context_length)
     config = uvicorn.Config(app, host=settings.engine.host, port=settings.engine.port,
                             log_level="warning", access_log=False)
     return uvicorn.Server(config)

@@ -1,4 +1,5 @@
-"""The real embedded engine with the real default model, through the official openai client."""
+"""The real embedded engine (our API over llama-server) with the real default model, through the
+official openai client; logprobs are checked against the learner's own forward pass."""
 
 from __future__ import annotations
 
@@ -13,6 +14,14 @@ from testkit.metrics import check_metrics, get_state
 from testkit.serving import policy_info
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+# llama.cpp's f32 kernels against torch's on the same f32 weights: measured mean 0.0015, max
+# 0.012 per token over 155 sampled tokens (bench.logprobs); a wrong model or template is > 0.1.
+GAP_MAX, GAP_MEAN = 0.03, 0.006
+
+
+def assert_close(served: list[float], recomputed: list[float]) -> None:
+    gaps = [abs(a - b) for a, b in zip(served, recomputed, strict=True)]
+    assert max(gaps) < GAP_MAX and sum(gaps) / len(gaps) < GAP_MEAN, gaps
 
 
 @pytest.fixture(scope="module")
@@ -48,26 +57,24 @@ def test_chat_returns_text_token_ids_and_logprobs_of_a_forward_pass(client, refe
     assert [entry.token for entry in choice.logprobs.content] == [
         tokenizer.decode([t]) for t in token_ids]
     recomputed = forward_logprobs(reference, extra["prompt_token_ids"], token_ids)
-    assert served == pytest.approx(recomputed, abs=2e-3)
+    assert_close(served, recomputed)
     assert reply.usage.prompt_tokens == len(expected_prompt)
     assert reply.usage.completion_tokens == 6
     assert extra["policy_version"] == 0 and raw.headers["x-policy-version"] == "0"
 
 
-def test_concurrent_requests_are_batched_and_match_solo_greedy(client, engine_url):
+def test_concurrent_requests_run_together_and_match_solo_greedy(client, engine_url):
     prompts = [[{"role": "user", "content": text}] for text in
                ("Hi", "Name a colour.", "What is two plus two? Answer briefly.", "Say yes.")]
     ask = lambda messages: client.chat.completions.create(  # noqa: E731
-        model="policy", messages=messages, max_tokens=4, temperature=0)
+        model="policy", messages=messages, max_tokens=24, temperature=0)
     solo = [ask(m).choices[0].model_extra["token_ids"] for m in prompts[:2]]
-    before = policy_info(engine_url)["batches"]
     with ThreadPoolExecutor(len(prompts)) as pool:
         together = list(pool.map(ask, prompts))
     info = policy_info(engine_url)
-    # Left padding must not change what a row generates.
+    # Sharing decode steps with other sequences must not change what one generates.
     assert [r.choices[0].model_extra["token_ids"] for r in together[:2]] == solo
-    assert info["largest_batch"] >= 2
-    assert info["batches"] - before < len(prompts)
+    assert info["most_in_flight"] >= 2 and info["slots"] >= len(prompts)
 
 
 def test_sampling_honours_seed_temperature_and_stop(client, reference):
@@ -78,8 +85,7 @@ def test_sampling_honours_seed_temperature_and_stop(client, reference):
     # Sampled tokens still carry the model's own logprobs.
     recomputed = forward_logprobs(reference, first.model_extra["prompt_token_ids"],
                                   first.choices[0].model_extra["token_ids"])
-    assert [e.logprob for e in first.choices[0].logprobs.content] == pytest.approx(
-        recomputed, abs=2e-3)
+    assert_close([e.logprob for e in first.choices[0].logprobs.content], recomputed)
     stopped = client.chat.completions.create(model="policy", messages=QUESTION, max_tokens=8,
                                              temperature=0, stop=[" of"])
     assert stopped.choices[0].message.content == "The capital"
