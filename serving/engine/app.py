@@ -44,6 +44,7 @@ def _error(status: int, message: str, kind: str = "invalid_request_error") -> JS
 def build_app(policy: Policy, settings: EngineSettings, base_name: str) -> FastAPI:
     app = FastAPI(title="tracetrain embedded engine")
     app.state.loads = []
+    app.state.policy = policy
     context = min(settings.max_context, policy.context_length)
     tokenizer = policy.tokenizer
     names = {settings.served_name, base_name}

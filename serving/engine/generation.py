@@ -28,6 +28,7 @@ class GenRequest:
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     top_logprobs: int = 0
+    ignore_eos: bool = False  # vLLM's sampling parameter: generate max_tokens regardless
 
 
 @dataclass
@@ -66,4 +67,6 @@ def completion_body(req: GenRequest, stream: bool = False) -> dict:
         body["stop"] = req.stop
     if req.seed is not None:
         body["seed"] = int(req.seed)
+    if req.ignore_eos:
+        body["ignore_eos"] = True
     return body

@@ -42,8 +42,12 @@ def sampling(body: dict, prompt_ids: list[int], context: int, default_max: int) 
     top = body.get("top_logprobs") or 0
     if isinstance(body.get("logprobs"), int) and not isinstance(body.get("logprobs"), bool):
         top = body["logprobs"]  # /v1/completions: logprobs is the number of alternatives
+    ignore_eos = body.get("ignore_eos", False)
+    if not isinstance(ignore_eos, bool):
+        raise BadRequest(f"ignore_eos={ignore_eos!r}; expected true or false")
     return GenRequest(prompt_ids=prompt_ids, max_tokens=max_tokens, temperature=temperature,
-                      top_p=top_p, seed=body.get("seed"), stop=stop, top_logprobs=int(top))
+                      top_p=top_p, seed=body.get("seed"), stop=stop, top_logprobs=int(top),
+                      ignore_eos=ignore_eos)
 
 
 def _token_entry(tokenizer, token: int, logprob: float, tops: list) -> dict:

@@ -12,7 +12,8 @@ machine may fetch from, and nothing prebuilt is ever downloaded. The build lands
 CPU flags: `GGML_NATIVE=ON` crashed with "Illegal instruction" on a VM whose CPU lists AMX the
 hypervisor refuses. So the build names its instruction sets explicitly: `auto` takes those the
 kernel reports in /proc/cpuinfo (the kernel hides AVX-512 the OS does not enable) and never AMX;
-`portable` takes none (plain x86-64, runs anywhere, slower). After building, the server is run
+`portable` takes none (plain x86-64, runs anywhere, slower). The source is patched first
+(serving/llamacpp/patches.py: what the pipeline needs that upstream lacks). After building, the server is run
 on the default model for two tokens; a binary that dies there is rebuilt `portable`.
 """
 
@@ -28,6 +29,7 @@ import sys
 import tarfile
 from pathlib import Path
 
+from serving.llamacpp import patches
 from tracetrain.errors import TracetrainError
 
 # The pinned source: llama-cpp-python's sdist carries llama.cpp at this commit.
@@ -70,7 +72,7 @@ def cpu_flags(cpu: str) -> dict[str, str]:
 
 
 def build_key(flags: dict[str, str]) -> str:
-    digest = hashlib.sha1(repr(sorted(flags.items())).encode()).hexdigest()[:10]
+    digest = hashlib.sha1((repr(sorted(flags.items())) + patches.digest()).encode()).hexdigest()[:10]
     return f"{LLAMA_CPP_PYTHON}-{digest}"
 
 
@@ -123,6 +125,7 @@ def build(cpu: str = "auto", jobs: int | None = None) -> Path:
     if server.is_file():
         return server
     tree = source_dir()
+    patches.apply(tree)
     work = out.with_name(out.name + ".build")
     options = {"CMAKE_BUILD_TYPE": "Release", "LLAMA_CURL": "OFF", "LLAMA_OPENSSL": "OFF",
                "LLAMA_BUILD_TESTS": "OFF", "LLAMA_BUILD_EXAMPLES": "OFF",

@@ -3,6 +3,7 @@ official openai client; logprobs are checked against the learner's own forward p
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -115,3 +116,36 @@ def test_completions_and_models(client):
     assert len(choice.logprobs.token_logprobs) == 3
     assert "Paris" in choice.text
     assert "policy" in {m.id for m in client.models.list().data}
+
+
+
+def test_ignore_eos_and_tokens_inside_a_multibyte_character_keep_their_logprobs(
+        client, engine_url, reference):
+    hello = [{"role": "user", "content": "Say hello."}]
+    short = client.chat.completions.create(model="policy", messages=hello, max_tokens=120,
+                                           temperature=0)
+    assert short.choices[0].finish_reason == "stop" and short.usage.completion_tokens < 120
+    # Past its end of turn the greedy answer goes on with emojis (three byte-level tokens
+    # each): llama-server unpatched gave no logprob (nor, streaming, token id) to the first two.
+    full = client.chat.completions.create(model="policy", messages=hello, max_tokens=60,
+                                          temperature=0, logprobs=True,
+                                          extra_body={"ignore_eos": True})
+    choice = full.choices[0]
+    token_ids = choice.model_extra["token_ids"]
+    assert choice.finish_reason == "length" and full.usage.completion_tokens == 60
+    _, tokenizer = reference
+    assert any("\ufffd" in tokenizer.decode([t]) for t in token_ids), "no partial character"
+    served = [entry.logprob for entry in choice.logprobs.content]
+    assert_close(served, forward_logprobs(reference, full.model_extra["prompt_token_ids"],
+                                          token_ids))
+    streamed = []
+    with httpx.stream("POST", f"{engine_url}/v1/chat/completions", timeout=120, json={
+            "model": "policy", "messages": hello, "max_tokens": 60, "temperature": 0,
+            "ignore_eos": True, "stream": True}) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: {"):
+                streamed += json.loads(line[6:])["choices"][0]["token_ids"]
+    assert streamed == token_ids
+    with pytest.raises(openai.BadRequestError, match="ignore_eos='yes'"):
+        client.chat.completions.create(model="policy", messages=hello, max_tokens=5,
+                                       extra_body={"ignore_eos": "yes"})

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from serving.errors import LoadError
-from serving.llamacpp import build
+from serving.llamacpp import build, patches
 from serving.llamacpp.weights import lora_to_gguf
 
 SHAPE = {"arch": "llama", "n_blocks": 30, "n_head": 9, "n_head_kv": 3}
@@ -27,6 +27,24 @@ def test_build_flags_name_their_instruction_sets_and_never_amx_or_native():
     assert build.build_key(auto) != build.build_key(portable)
     with pytest.raises(build.BuildError, match="'native'"):
         build.cpu_flags("native")
+
+
+
+def test_source_patches_apply_once_and_refuse_a_source_without_their_text(tmp_path):
+    server = tmp_path / "tools" / "server"
+    server.mkdir(parents=True)
+    patched = build.source_dir() / patches.PATCHES[0].path
+    (server / "server-context.cpp").write_text(
+        "// before\n" + patches.PATCHES[0].old + "// after\n")
+    patches.apply(tmp_path)
+    once = (server / "server-context.cpp").read_text()
+    assert patches.PATCHES[0].new in once and patches.PATCHES[0].old not in once
+    patches.apply(tmp_path)
+    assert (server / "server-context.cpp").read_text() == once
+    assert patches.PATCHES[0].new in patched.read_text()  # the built tree carries it
+    (server / "server-context.cpp").write_text("// a newer llama.cpp\n")
+    with pytest.raises(patches.PatchError, match="exactly once"):
+        patches.apply(tmp_path)
 
 
 def _adapter(folder, config: dict, tensors: dict | None = None, raw: bytes | None = None):
