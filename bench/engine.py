@@ -10,6 +10,10 @@ transformers: `generate` on the same weights, batched (what the engine was built
 Every request: a 128-token prompt (seeded token ids, new ones every round so no prompt cache
 helps), 48 output tokens (ignore_eos), temperature 1. At 1 and 8 concurrent requests, ours and
 bare llama-server alternate for `--rounds` rounds; ratios are medians of the rounds' ratios.
+Throughput is output tokens over wall time, the prompt's processing included (a 128-token
+prefill costs about as long as the 48-token decode here). For comparison with llama.cpp's own
+figures, `llama-batched-bench` (same binary, GGUF and threads) gives the decode-only rate
+(`llama_decode_tokens_per_s_*`, its S_TG) at 1, 8 and 16 sequences.
 Last line, JSON: ratio_1, ratio_8 (ours / bare llama-server), tokens_per_s_1, tokens_per_s_8
 (ours), speedup_8 (ours / bare transformers at 8), and the bare figures.
 """
@@ -18,7 +22,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import threading
 
 import httpx
@@ -67,6 +73,20 @@ def transformers_throughput(model_dir, prompts: list[list[int]], concurrency: in
     return tokens / (time.perf_counter() - started)
 
 
+def decode_rates(binary, gguf, threads: int | None) -> dict[int, float]:
+    """llama-batched-bench's S_TG (decode tokens/s) at 1, 8 and 16 parallel sequences."""
+    bench = binary.with_name("llama-batched-bench")
+    argv = [str(bench), "-m", str(gguf), "-t", str(threads or os.cpu_count() or 2),
+            "-npp", str(PROMPT_TOKENS), "-ntg", str(OUTPUT_TOKENS), "-npl", "1,8,16", "-c", "4096"]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    rates = {}
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 10 and cells[2].isdigit():
+            rates[int(cells[2])] = float(cells[7])  # columns: PP TG B N_KV T_PP S_PP T_TG S_TG
+    return rates
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--weights", choices=ENGINE_WEIGHTS, default=None,
@@ -112,6 +132,8 @@ def main() -> None:
     hf = {c: transformers_throughput(policy.model_dir, token_prompts(
         c * 2 if c > 1 else 2, PROMPT_TOKENS, 7), c) for c in (1, CONCURRENT)}
     print(f"bare transformers: {hf[1]:.1f} tokens/s at 1, {hf[CONCURRENT]:.1f} at {CONCURRENT}")
+    decode = decode_rates(policy.binary, policy.base, engine.threads)
+    print(f"llama-batched-bench decode (S_TG): {decode}")
     med = {key: statistics.median(values) for key, values in figures.items()}
     print(json.dumps({
         "weights": engine.weights, "slots": engine.slots, "threads": engine.threads,
@@ -122,7 +144,8 @@ def main() -> None:
         "bare_llama_tokens_per_s_1": round(med["bare_1"], 1),
         "bare_llama_tokens_per_s_8": round(med[f"bare_{CONCURRENT}"], 1),
         "bare_transformers_tokens_per_s_1": round(hf[1], 1),
-        "bare_transformers_tokens_per_s_8": round(hf[CONCURRENT], 1)}))
+        "bare_transformers_tokens_per_s_8": round(hf[CONCURRENT], 1),
+        **{f"llama_decode_tokens_per_s_{n}": rate for n, rate in sorted(decode.items())}}))
 
 
 if __name__ == "__main__":
