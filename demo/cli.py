@@ -34,9 +34,9 @@ def demo(
     group_size: int = typer.Option(4, min=2, help="Rollouts per training problem (GRPO group)."),
     learner_threads: int = typer.Option(1, min=1, help="torch threads of the learner "
                                         "(it shares the cores with the engine)."),
-    engine_threads: int = typer.Option(None, min=1, help="llama-server threads of the engine "
-                                       "(default: llama.cpp's, all cores; the engine and the "
-                                       "learner share the cores)."),
+    engine_threads: int = typer.Option(1, min=1, help="llama-server threads of the engine (it "
+                                       "shares the cores with the learner: more threads than "
+                                       "free cores slow llama.cpp down)."),
 ) -> None:
     """Agents improving from their own traffic: brings the stack up (Kafka, MLflow, engine,
     Faust worker, gateway, learner, reloader), runs agent workers through the gateway, shows a

@@ -43,8 +43,10 @@ class DemoOptions:
     front_end: str = "openai"
     minutes: float = 12.0
     # Tuned for the llama-server engine on 2 cores (issue 19): 16 agents keep 16 slots busy
-    # (continuous batching: decode runs ~1.4x faster at 16 sequences than at 8), and the
-    # learner takes one core's worth of torch threads so it never starves generation.
+    # (continuous batching: decode runs ~1.4x faster at 16 sequences than at 8). The engine and
+    # the learner get one thread each: llama.cpp's threads meet at a spinning barrier every
+    # layer, so two of them beside a busy learner thread decode at 72 tokens/s where one
+    # alone does 127 (llama-batched-bench, 16 sequences, one core kept busy).
     workers: int = 16
     slots: int = 16
     mode: str = "sft"
@@ -55,7 +57,7 @@ class DemoOptions:
     lr: float = 5e-4
     checkpoint_every: int = 3  # learner steps per registered version
     learner_threads: int | None = 1
-    engine_threads: int | None = None  # llama.cpp's choice: all cores
+    engine_threads: int | None = 1
 
 
 def demo_settings(settings: Settings, opts: DemoOptions, task: Task, run_id: str) -> Settings:
