@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 
 # errnos that mean "no room": a full disk or quota, or a file-size limit (RLIMIT_FSIZE)
 NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+# Free bytes check_room wants beside the record: acknowledgements and a new segment need room.
+DISK_HEADROOM = 64 * 1024
 LOST = -1  # offset of a record whose bytes were damaged (quarantined; counts as done)
 
 
@@ -275,14 +277,20 @@ class Spool:
         return seg.id, seg.written - 1
 
     def check_room(self, nbytes: int) -> None:
-        """Raise SpoolFull now if a record of `nbytes` would not fit, or the disk was found
-        full less than retry_after_s ago (no write has succeeded since)."""
+        """Raise SpoolFull now if a record of `nbytes` would pass max_bytes, or the disk has
+        less than that and DISK_HEADROOM free, or was found full less than retry_after_s ago
+        (no write has succeeded since)."""
         if self.max_bytes is not None and self.bytes + nbytes > self.max_bytes:
             raise self._full(nbytes)
         since = self.no_room_since
-        if since is not None and time.monotonic() - since < self.retry_after_s:
-            raise SpoolFull("the spool's disk is full; it was not published",
-                            retry_after=self.retry_after_s)
+        fs = os.statvfs(self.folder)
+        free = fs.f_bavail * fs.f_frsize
+        if free < nbytes + DISK_HEADROOM:
+            self.no_room_since = time.monotonic()
+        elif since is None or time.monotonic() - since >= self.retry_after_s:
+            return
+        raise SpoolFull(f"the spool's disk is full ({free} bytes free at {self.folder}); it "
+                        "was not published", retry_after=self.retry_after_s)
 
     def _make_room(self, nbytes: int) -> Segment:
         """The current segment, or a new one if dropping the current one (all delivered)
