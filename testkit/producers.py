@@ -39,7 +39,8 @@ def consume(bootstrap: str, topic: str, expected: int, timeout_s: float = 60.0,
 
 
 def set_topic_config(bootstrap: str, topic: str, name: str, value: str) -> None:
-    """Change one setting of an existing topic on the broker (as an operator would)."""
+    """Change one setting of an existing topic on the broker (as an operator would); returns
+    once the broker describes the topic with it."""
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
     entry = ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
@@ -47,6 +48,15 @@ def set_topic_config(bootstrap: str, topic: str, name: str, value: str) -> None:
     client = AdminClient({"bootstrap.servers": bootstrap})
     for future in client.incremental_alter_configs([resource]).values():
         future.result(timeout=30)
+    # The controller has it; the broker answering describe_configs may lag a moment behind.
+    deadline = time.monotonic() + 30
+    while True:
+        [described] = client.describe_configs([ConfigResource(ConfigResource.Type.TOPIC,
+                                                              topic)]).values()
+        if described.result(timeout=30)[name].value == value:
+            return
+        assert time.monotonic() < deadline, f"{topic}: {name} still not {value} after 30 s"
+        time.sleep(0.2)
 
 
 def check_order(arrived: list[tuple[str, dict]], expected: list[str]) -> None:

@@ -13,6 +13,7 @@ Serves `/metrics` (Prometheus: the gateway's and its publisher's), `/healthz` an
 
 from __future__ import annotations
 
+import math
 import time
 from contextlib import asynccontextmanager
 
@@ -20,6 +21,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from producers.errors import RecordTooLarge
 from producers.gateway import capture
 from producers.gateway.guard import check_auth, read_json_body, validate_call
 from producers.gateway.ids import BadIdHeader, CallIds, call_ids
@@ -27,7 +29,7 @@ from producers.gateway.otlp import add_otlp_routes
 from producers.gateway.rewards import add_reward_routes
 from producers.publisher import Publisher
 from producers.records import new_id, new_span
-from tracetrain.errors import BadRequest
+from tracetrain.errors import Backpressure, BadRequest
 from tracetrain.observability import CONTENT_TYPE, Metrics
 from tracetrain.settings import Settings
 
@@ -95,9 +97,26 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
         return JSONResponse({"error": {"message": str(exc), "type": "invalid_request_error"}},
                             status_code=400)
 
+    @app.exception_handler(RecordTooLarge)
+    async def _too_large(request: Request, exc: RecordTooLarge):
+        calls.labels(request.url.path.rsplit("/", 1)[-1], "4xx").inc()
+        return JSONResponse({"error": {"message": str(exc), "type": "invalid_request_error",
+                                       "limit_bytes": exc.limit}}, status_code=413)
+
+    @app.exception_handler(Backpressure)
+    async def _backpressure(request: Request, exc: Backpressure):
+        # The spool or its disk is full, or the publisher is busy: nothing was recorded.
+        calls.labels(request.url.path.rsplit("/", 1)[-1], "5xx").inc()
+        return JSONResponse({"error": {"message": str(exc), "type": "overloaded_error"}},
+                            status_code=503,
+                            headers={"Retry-After": str(math.ceil(exc.retry_after))})
+
     @app.get("/healthz")
     async def healthz():
-        return {"ok": True, "pending": state["pub"].pending(), "counts": state["pub"].counts}
+        # 200 while the gateway answers; `ok`, `delivery` and `spool` say whether its spans
+        # reach Kafka and whether it has room for more.
+        pub = state["pub"]
+        return {**pub.health(), "pending": pub.pending(), "counts": pub.counts}
 
     @app.get("/metrics")
     async def metrics_page():
@@ -141,6 +160,8 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
         ids = call_ids(request.headers, path_rollout)
         body = await read_json_body(request, gw.max_body_bytes)
         validate_call(kind, body)
+        # Refuse now (413, 503) what could not be recorded, not after the upstream worked.
+        state["pub"].admit(settings.topics.spans, capture.request_bytes(kind, body))
         ask = gw.request_token_ids and not state.get("upstream_refuses_token_ids")
         sent = capture.prepare_request(kind, body, ask)
         span_id, start = new_id(8), time.time_ns()

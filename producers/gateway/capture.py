@@ -29,6 +29,19 @@ def prepare_request(kind: str, body: dict, ask_token_ids: bool) -> dict:
     return out
 
 
+def _sent(kind: str, request: dict):
+    return request.get("messages", []) if kind == "chat" else request.get("prompt", "")
+
+
+def request_bytes(kind: str, request: dict) -> int:
+    """Bytes the span of a call holds of its request alone (messages or prompt, and tools, as
+    JSON): a lower bound of the span's size, known before the upstream is called."""
+    size = len(json.dumps(_sent(kind, request)))
+    if request.get("tools"):
+        size += len(json.dumps(request["tools"]))
+    return size
+
+
 def _policy_version(resp: dict, header: str | None) -> int | None:
     for value in (resp.get("policy_version"), header):
         if value is None:
@@ -58,10 +71,9 @@ def llm_from_response(kind: str, request: dict, resp: dict,
         text = message.get("content") or ""
         if message.get("tool_calls"):
             attrs["tool_calls"] = json.dumps(message["tool_calls"])
-        sent = request.get("messages", [])
     else:
         text = choice.get("text") or ""
-        sent = request.get("prompt", "")
+    sent = _sent(kind, request)
     if request.get("tools"):
         attrs["tools"] = json.dumps(request["tools"])
     if len(choices) > 1:

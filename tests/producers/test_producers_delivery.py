@@ -13,7 +13,6 @@ import pytest
 
 from infra import topics
 from infra.processes import wait_until
-from producers.dead_letters import read_dead_letters
 from producers.publisher import Publisher
 from producers.records import llm_part, new_reward, new_span
 from producers.spool import Spool
@@ -63,6 +62,8 @@ def test_a_record_too_large_in_spool_mode_is_set_aside_and_delivery_goes_on(kafk
     finally:
         pub.close(10)
     check_order(consume(settings.kafka.bootstrap_servers, settings.topics.spans, 599), expected)
+    from producers.dead_letters import read_dead_letters
+
     [letter] = read_dead_letters(tmp_path / "spool" / "dead-letters.log")
     assert letter.reason.startswith("record_too_large") and "999964" in letter.reason
     assert letter.key == b"r0" and Codec().decode(letter.value, "Span")["attributes"]["seq"] == "300"
@@ -88,6 +89,8 @@ def test_a_too_large_record_left_in_the_spool_does_not_jam_the_replay(kafka_sett
         pub.close(10)
     check_order(consume(kafka_settings.kafka.bootstrap_servers, kafka_settings.topics.spans,
                         200), expected)
+    from producers.dead_letters import read_dead_letters
+
     assert len(read_dead_letters(spool_dir / "dead-letters.log")) == 1
 
 
@@ -113,6 +116,7 @@ def test_a_topic_limit_lowered_under_a_running_publisher(kafka_settings, tmp_pat
             pub.publish_span(span(i, rollouts=4, text=noise(60_000) if i == 100 else ""))
             expected += [] if i == 100 else [str(i)]
         assert pub.flush(60) == 0
+        check_order(consume(settings.kafka.bootstrap_servers, spans_topic, 199), expected)
         assert pub.counts["dead_lettered"] == 1
         assert sum(errors_by_name(pub).values()) >= 1, "the refusal is counted"
         health = pub.health()
@@ -120,7 +124,6 @@ def test_a_topic_limit_lowered_under_a_running_publisher(kafka_settings, tmp_pat
         assert health["delivery"]["record_limit_bytes"] == 20000 - 61 - 36
     finally:
         pub.close(10)
-    check_order(consume(settings.kafka.bootstrap_servers, spans_topic, 199), expected)
 
 
 def test_a_missing_topic_holds_records_until_it_exists(kafka_broker, topic_settings, tmp_path):
