@@ -5,7 +5,9 @@ Field names follow vLLM's OpenAI server: with `return_token_ids` a response carr
 logprobs are `choices[i].logprobs.content[j].logprob` (chat) or
 `choices[i].logprobs.token_logprobs` (completions). The policy version comes from a
 `policy_version` response field or the `X-Policy-Version` header. A stream is assembled chunk
-by chunk into the same shape as a non-streamed response, so one function records both.
+by chunk into the same shape as a non-streamed response, so one function records both; a
+stream is complete once it sent `[DONE]` or a finish reason, and an event that is not an
+OpenAI chunk is an error of the span, never an exception in the relay.
 """
 
 from __future__ import annotations
@@ -109,8 +111,16 @@ class StreamAssembler:
         self.tool_calls: dict[int, dict] = {}
         self.finish_reason: str | None = None
         self.error: str | None = None
+        self.done = False  # `data: [DONE]` seen
+        self.bytes = 0
+
+    @property
+    def complete(self) -> bool:
+        """The upstream said the stream is over ([DONE], or a finish reason)."""
+        return self.done or self.finish_reason is not None
 
     def feed(self, chunk: bytes) -> None:
+        self.bytes += len(chunk)
         self._buf += chunk
         *lines, self._buf = self._buf.split(b"\n")
         for line in lines:
@@ -119,13 +129,14 @@ class StreamAssembler:
                 continue
             data = line[5:].strip()
             if data == b"[DONE]":
+                self.done = True
                 continue
             try:
-                event = json.loads(data)
+                self._event(json.loads(data))
             except ValueError:
                 self.error = f"upstream sent a stream line that is not JSON: {data[:80]!r}"
-                continue
-            self._event(event)
+            except (TypeError, AttributeError, KeyError):
+                self.error = f"upstream sent an event that is not an OpenAI chunk: {data[:80]!r}"
 
     def _event(self, event: dict) -> None:
         if "error" in event:
@@ -167,3 +178,9 @@ class StreamAssembler:
             choice["text"] = "".join(self.text)
             choice["logprobs"] = {"token_logprobs": self.token_logprobs}
         return {**self.resp, "choices": [choice]}
+
+
+def error_event(message: str) -> bytes:
+    """An SSE event that ends a broken stream: OpenAI's clients raise an APIError on it."""
+    return b"data: " + json.dumps({"error": {"message": message, "type": "upstream_error",
+                                             "code": 502}}).encode() + b"\n\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
@@ -74,15 +75,63 @@ class PublisherSettings(BaseModel):
         return self
 
 
+def is_loopback(host: str) -> bool:
+    """True for an address only this machine reaches (127.0.0.0/8, ::1, localhost); a name
+    or a wildcard (0.0.0.0, ::) is not."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 class GatewaySettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     upstream_url: str = Field("http://127.0.0.1:8100/v1", description="OpenAI-compatible engine.")
-    api_keys: list[SecretStr] = Field(default_factory=list, description="Empty: no auth.")
+    api_keys: list[SecretStr] = Field(
+        default_factory=list, description="Bearer keys, one of which every call must carry "
+        "(`Authorization: Bearer <key>`): chat, completions, models, rewards, OTLP traces. As a "
+        "variable, a JSON list: TRACETRAIN_GATEWAY__API_KEYS='[\"key-1\", \"key-2\"]'.")
+    auth: Literal["auto", "on", "off"] = Field(
+        "auto", description="'auto': keys are required when `host` is not a loopback address "
+        "(anyone on the network could otherwise publish spans and rewards, i.e. train the "
+        "policy), so such a gateway without keys refuses to start; 'on': always required; "
+        "'off': never, even on the network (behind a proxy that authenticates).")
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Larger requests get 413.")
+    max_json_depth: int = Field(
+        64, ge=8, description="Deepest nesting of a JSON body (objects and arrays); deeper is a "
+        "400. Chat bodies nest a few levels, tool schemas a dozen; thousands would exhaust the "
+        "parser's recursion and every later reader's.")
+    held_spans_max: int = Field(
+        10_000, ge=1, description="Spans held in memory when the publisher refuses one after the "
+        "upstream answered (busy, spool full); at this many, new calls get 503 with Retry-After "
+        "until the held ones are published.")
     upstream_api_key: SecretStr | None = Field(None, description="Bearer key sent upstream.")
     upstream_timeout_s: float = Field(300.0, gt=0)
     request_token_ids: bool = Field(
         True, description="Ask upstream for return_token_ids and logprobs (vLLM, our engine)."
     )
     start_timeout_s: float = Field(60.0, gt=0, description="`up` waits this long for /healthz.")
+
+    def keys_required(self) -> bool:
+        return self.auth == "on" or (self.auth == "auto" and not is_loopback(self.host))
+
+    def auth_problem(self) -> str | None:
+        """Why these settings may not serve (keys required, none given), or None."""
+        if self.keys_required() and not self.api_keys:
+            why = "gateway.auth is 'on'" if self.auth == "on" else \
+                f"gateway.host {self.host!r} is not a loopback address"
+            return (f"{why}, so every call needs an API key, and gateway.api_keys is empty: set "
+                    "TRACETRAIN_GATEWAY__API_KEYS to a JSON list of keys, e.g. '[\"<key>\"]', "
+                    "or bind 127.0.0.1, or set TRACETRAIN_GATEWAY__AUTH=off to serve without "
+                    "keys on purpose")
+        return None
+
+    @model_validator(mode="after")
+    def _keys_when_exposed(self) -> GatewaySettings:
+        problem = self.auth_problem()
+        if problem:
+            raise ValueError(problem)
+        return self
