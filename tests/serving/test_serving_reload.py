@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -125,4 +126,57 @@ def test_corrupt_version_keeps_old_serving_and_is_not_retried_forever(reload_eng
     assert "keeps serving" not in attempts[-1]["error"] and "cannot read" in attempts[-1]["error"]
     after = ask(url)
     assert after["policy_version"] == old
+    assert after["choices"][0]["token_ids"] == serving["choices"][0]["token_ids"]
+
+
+def test_in_flight_stream_finishes_on_the_version_it_started_on(reload_engine, adapters):
+    """Blue/green: a stream that began before a swap ends on the old llama-server and says so;
+    the next request is served by the new one."""
+    url = engine_url(reload_engine)
+    old = ask(url)["policy_version"]
+    body = {"model": "policy", "stream": True, "max_tokens": 300, "temperature": 0,
+            "messages": [{"role": "user", "content": "Count from 1 to 300, separated by commas."}]}
+    versions, swapped_at, last_chunk_at = [], None, None
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=120) as stream:
+        for line in stream.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            versions.append(json.loads(line[len("data: "):])["policy_version"])
+            last_chunk_at = time.monotonic()
+            if swapped_at is None:
+                load = httpx.post(f"{url}/v1/load_lora_adapter", timeout=120, json={
+                    "lora_name": "policy", "lora_path": str(adapters[0]),
+                    "policy_version": old + 100})
+                assert load.status_code == 200, load.text
+                swapped_at = time.monotonic()
+    assert set(versions) == {old}
+    assert last_chunk_at > swapped_at, "the stream ended before the swap: nothing was tested"
+    assert ask(url)["policy_version"] == old + 100
+    assert policy_info(url)["draining"] == []  # the old server stopped once it was idle
+
+
+def test_a_version_llama_server_refuses_leaves_the_old_one_serving(reload_engine, adapters,
+                                                                   tmp_path):
+    """An adapter that converts but that llama-server will not load (its shapes do not fit the
+    model): the load is a 400 naming the failure and the serving version answers throughout."""
+    from safetensors.numpy import load_file, save_file
+
+    url = engine_url(reload_engine)
+    serving = ask(url)
+    misfit = tmp_path / "misfit"
+    misfit.mkdir()
+    (misfit / "adapter_config.json").write_bytes((adapters[0] / "adapter_config.json").read_bytes())
+    tensors = load_file(str(adapters[0] / "adapter_model.safetensors"))
+    save_file({key: (value[:, :100].copy() if "lora_A" in key else value)
+               for key, value in tensors.items()}, str(misfit / "adapter_model.safetensors"))
+    with ThreadPoolExecutor(4) as pool:
+        answers = [pool.submit(ask, url) for _ in range(8)]
+        load = httpx.post(f"{url}/v1/load_lora_adapter", timeout=120, json={
+            "lora_name": "policy", "lora_path": str(misfit)})
+        answers = [future.result() for future in answers]
+    assert load.status_code == 400
+    assert "keeps serving" in load.text and "did not start" in load.text
+    assert {a["policy_version"] for a in answers} == {serving["policy_version"]}
+    after = ask(url)
+    assert after["policy_version"] == serving["policy_version"]
     assert after["choices"][0]["token_ids"] == serving["choices"][0]["token_ids"]
