@@ -144,8 +144,8 @@ def add_otlp_routes(app: FastAPI, state: dict, keys: list[bytes], limit: int,
             raise BadRequest(f"content-type {ctype!r}: expected application/x-protobuf "
                              "or application/json (OTLP/HTTP)", status=415)
         state["recorder"].check_room()
-        # No upstream to protect here: a full spool or disk is a 503 the exporter retries, not
-        # spans held in memory. (Each span's size is checked as it is published.)
+        # No upstream to protect here: a spool or disk with no room at all is a 503 the
+        # exporter retries, not spans held in memory. (Each span is checked as it is published.)
         pub = state["pub"]
         pub.admit(pub.topics.spans, 0)
         body = await read_body(request, limit)

@@ -110,15 +110,6 @@ def test_a_full_spool_answers_503_with_retry_after_until_deliveries_make_room(
         assert "spool_max_mb" in refused.json()["error"]["message"]
         reached = upstream.calls
         assert chat(url, "z" * 100_000).status_code == 503 and upstream.calls == reached
-        # The reward API and the OTLP receiver refuse the same way (nothing is held in memory).
-        reward = httpx.post(url + "/v1/rewards", json={"rollout_id": "ro-1", "value": 1.0})
-        otlp = httpx.post(url + "/v1/traces", json={"resourceSpans": [{"scopeSpans": [{"spans": [
-            {"traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174",
-             "name": "step", "startTimeUnixNano": "1", "endTimeUnixNano": "2"}]}]}]})
-        for refused_too in (reward, otlp):
-            assert refused_too.status_code == 503, refused_too.text
-            assert refused_too.headers["retry-after"] == "1"
-        assert httpx.get(url + "/state").json()["held_spans"] == 0
         me = {"publisher": "gw-limits"}
 
         def scrape():
@@ -163,6 +154,12 @@ def test_a_full_disk_answers_503_with_retry_after(kafka_settings, tmp_path):
         assert full.status_code == 503, full.text
         assert full.headers["retry-after"] == "1" and "disk is full" in full.text
         assert upstream.calls == 1, "refused before the upstream was called"
+        # The OTLP receiver refuses the same way, rather than hold the spans in memory.
+        otlp = httpx.post(url + "/v1/traces", json={"resourceSpans": [{"scopeSpans": [{"spans": [
+            {"traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174",
+             "name": "step", "startTimeUnixNano": "1", "endTimeUnixNano": "2"}]}]}]})
+        assert otlp.status_code == 503 and otlp.headers["retry-after"] == "1", otlp.text
+        assert httpx.get(url + "/state").json()["held_spans"] == 0
         assert httpx.get(url + "/healthz").json()["spool"]["disk_full"]
         filler.unlink()
         wait_until(lambda: chat(url, "after").status_code == 200, 30, "a call once there is room")
