@@ -52,6 +52,8 @@ class Service:
     start_timeout_s: Callable[[Settings], float]
     # Extra variables beyond the settings (e.g. vLLM's runtime-LoRA switches).
     env: Callable[[Settings], dict[str, str]] = _no_env
+    # The setting that chooses the port (`gateway.port`): named when the port is taken.
+    port_setting: str | None = None
 
     def address(self, settings: Settings) -> str:
         bound = self.listen(settings)
@@ -81,7 +83,7 @@ def start(settings: Settings, service: Service, *, instance: str | None = None,
     name = instance or service.name
     bound = service.listen(settings)
     if bound is not None:
-        processes.require_free(bound[0], bound[1], name)
+        processes.require_free(bound[0], bound[1], name, service.port_setting)
     record = processes.spawn(
         settings.home_dir, name, [*service.argv(settings), *extra_argv],
         address=service.address(settings), health_url=service.health_url(settings),

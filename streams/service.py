@@ -19,4 +19,5 @@ STREAMS = Service(
     listen=lambda s: (s.streams.web_host, s.streams.web_port),
     health_path="/healthz",
     start_timeout_s=lambda s: s.streams.start_timeout_s,
+    port_setting="streams.web_port",
 )

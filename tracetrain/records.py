@@ -18,7 +18,7 @@ from typing import Literal, NotRequired, TypedDict
 from tracetrain.modes import LearnerMode
 
 SpanKind = Literal["llm", "tool", "agent", "other"]
-SpanStatus = Literal["ok", "error", "unset"]
+SpanStatus = Literal["ok", "error", "unset", "cancelled"]
 
 
 class Resource(TypedDict):
