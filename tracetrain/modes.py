@@ -16,6 +16,8 @@ LearnerMode = Literal["rl", "sft", "kto"]
 AdvantageMode = Literal["group", "batch", "baseline"]
 # learner: TRL's GRPO loss variant of the `rl` mode
 LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo"]
+# learner: how the `rl` loss weighs the calls of a micro-batch
+LossNormalisation = Literal["rollout", "call"]
 # learner: a transition more than max_staleness versions behind
 StalenessPolicy = Literal["drop", "downweight"]
 # streams: how a rollout's rewards become each call's return
