@@ -108,6 +108,7 @@ class Transition(TypedDict):
     credited_return: float
     span_start_ns: NotRequired[int]
     emitted_ns: NotRequired[int]
+    sampling_temperature: NotRequired[float | None]
 
 
 class Checkpoint(TypedDict):
