@@ -25,6 +25,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from serving.access import download_dir, load_key
 from serving.engine_client import EngineClient, EngineUnavailable
 from serving.errors import LoadError, ServingError
 from serving.service import engine_url
@@ -93,10 +94,12 @@ class Reloader:
         from mlflow import MlflowClient
 
         self.mlflow = MlflowClient(tracking_uri=settings.mlflow.uri)
-        self.engine = client or EngineClient(engine_url(settings), settings.engine.backend,
-                                             settings.engine.served_name)
-        self.folder = folder or settings.home_dir / "reloader"  # state.json, downloads
+        self.engine = client or EngineClient(
+            engine_url(settings), settings.engine.backend, settings.engine.served_name,
+            load_key=load_key(settings) if settings.engine.backend == "embedded" else None)
+        self.folder = folder or settings.home_dir / "reloader"  # state.json
         self.folder.mkdir(parents=True, exist_ok=True)
+        self.downloads = download_dir(settings)  # the only folder the engine loads from
         self.state = ReloaderState()
         self.metrics = ReloaderMetrics()
         self._next_try: dict[int, float] = {}
@@ -168,7 +171,7 @@ class Reloader:
             return False
 
     def _local(self, target: Target) -> str:
-        return str(self.folder / "versions" / str(target.version))
+        return str(self.downloads / str(target.version))
 
     def load(self, target: Target) -> bool:
         """Download `target` (once) and make the engine serve it; False if it failed."""

@@ -15,7 +15,13 @@ from infra import services
 from serving.reloader import Reloader
 from serving.service import ENGINE, engine_url
 from testkit.metrics import check_metrics, get_state
-from testkit.serving import engine_settings, make_adapters, policy_info, register_version
+from testkit.serving import (
+    engine_settings,
+    load_adapter,
+    make_adapters,
+    policy_info,
+    register_version,
+)
 from tracetrain.settings.infra import MlflowSettings
 from tracetrain.settings.serving import ReloaderSettings
 
@@ -144,9 +150,7 @@ def test_in_flight_stream_finishes_on_the_version_it_started_on(reload_engine, a
             versions.append(json.loads(line[len("data: "):])["policy_version"])
             last_chunk_at = time.monotonic()
             if swapped_at is None:
-                load = httpx.post(f"{url}/v1/load_lora_adapter", timeout=120, json={
-                    "lora_name": "policy", "lora_path": str(adapters[0]),
-                    "policy_version": old + 100})
+                load = load_adapter(reload_engine, adapters[0], policy_version=old + 100)
                 assert load.status_code == 200, load.text
                 swapped_at = time.monotonic()
     assert set(versions) == {old}
@@ -171,8 +175,7 @@ def test_a_version_llama_server_refuses_leaves_the_old_one_serving(reload_engine
                for key, value in tensors.items()}, str(misfit / "adapter_model.safetensors"))
     with ThreadPoolExecutor(4) as pool:
         answers = [pool.submit(ask, url) for _ in range(8)]
-        load = httpx.post(f"{url}/v1/load_lora_adapter", timeout=120, json={
-            "lora_name": "policy", "lora_path": str(misfit)})
+        load = load_adapter(reload_engine, misfit)
         answers = [future.result() for future in answers]
     assert load.status_code == 400
     assert "keeps serving" in load.text and "did not start" in load.text
