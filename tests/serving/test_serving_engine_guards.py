@@ -15,10 +15,10 @@ from serving.access import download_dir, load_key
 from serving.service import ENGINE, engine_url
 from testkit.serving import engine_settings
 
-# Long enough that nothing ends it but the disconnect: counting to 1000 takes over 1500 tokens,
-# a minute or more on two cores; the short request after it takes a second or two.
+# Long enough that nothing ends it but the disconnect: 1500 tokens past any end of text take a
+# minute or more on two cores; the short request after it takes a second or two.
 LONG = {"model": "policy", "prompt": "Count from 1 to 1000, separated by commas: 1, 2, 3,",
-        "max_tokens": 1500, "temperature": 0}
+        "max_tokens": 1500, "temperature": 0, "ignore_eos": True}
 SHORT = {"model": "policy", "prompt": "The capital of France is", "max_tokens": 2,
          "temperature": 0}
 SLOT_FREE_S = 20.0
