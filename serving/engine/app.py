@@ -10,6 +10,9 @@ response fields (token ids, prompt token ids, logprobs), and `policy_version` on
 Routes: /health, /v1/models, /v1/policy, /v1/chat/completions, /v1/completions (both with
 `stream`), /v1/load_lora_adapter (vLLM's request shape), /v1/load_checkpoint (full weights);
 /metrics (Prometheus, serving/engine/metrics.py), /state (JSON) and /healthz as every process.
+What it refuses before any work (the load key and folder, more requests than slots x
+max_requests_per_slot, clients that left) is in serving/engine/guards.py; each request field is
+checked in serving/engine/requests.py, so llama-server never sees an invalid one.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -24,6 +28,16 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from serving.engine import requests as shape
 from serving.engine.generation import GenRequest, GenResult
+from serving.engine.guards import (
+    Admission,
+    ClientGone,
+    Gate,
+    Refused,
+    check_key,
+    error_response,
+    loadable,
+    unless_disconnected,
+)
 from serving.engine.metrics import CountCalls, EngineMetrics
 from serving.engine.policy import Policy
 from serving.engine.prompts import chat_prompt_ids, parse_tool_calls
@@ -36,12 +50,23 @@ from tracetrain.settings.serving import EngineSettings
 HEADER = "X-Policy-Version"
 
 
-def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind, "param": None,
-                                   "code": status}}, status_code=status)
+_error = error_response
 
 
-def build_app(policy: Policy, settings: EngineSettings, base_name: str) -> FastAPI:
+async def _json(request: Request) -> dict:
+    try:
+        body = await request.json()
+    except ValueError as exc:
+        raise BadRequest(f"the body is not JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise BadRequest(f"the body is a JSON {type(body).__name__}; expected an object")
+    return body
+
+
+def build_app(policy: Policy, settings: EngineSettings, base_name: str, *, load_key: str,
+              key_source: str, downloads: Path) -> FastAPI:
+    """`load_key` guards the load routes (`key_source` says where it comes from, for the 401);
+    they load only from under `downloads`, the reloader's download folder."""
     app = FastAPI(title="tracetrain embedded engine")
     app.state.loads = []
     app.state.policy = policy
@@ -50,8 +75,10 @@ def build_app(policy: Policy, settings: EngineSettings, base_name: str) -> FastA
     names = {settings.served_name, base_name}
     # The first llama-server starts before the port answers (see make_server).
     upstreams = app.state.upstreams = Upstreams(policy.base_upstream(), settings.drain_timeout_s)
-    metrics = app.state.metrics = EngineMetrics(upstreams)
-    app.add_middleware(CountCalls, metrics=metrics)
+    gate = app.state.gate = Gate(settings.slots * settings.max_requests_per_slot)
+    metrics = app.state.metrics = EngineMetrics(upstreams, gate)
+    app.add_middleware(Admission, gate=gate)
+    app.add_middleware(CountCalls, metrics=metrics)  # outermost: 429s are counted too
 
     @app.on_event("shutdown")
     async def _stop() -> None:
@@ -60,6 +87,14 @@ def build_app(policy: Policy, settings: EngineSettings, base_name: str) -> FastA
     @app.exception_handler(BadRequest)
     async def _bad_request(_: Request, exc: BadRequest) -> JSONResponse:
         return _error(400, str(exc))
+
+    @app.exception_handler(Refused)
+    async def _refused(_: Request, exc: Refused) -> JSONResponse:
+        return _error(exc.status, str(exc), headers=exc.headers)
+
+    @app.exception_handler(ClientGone)
+    async def _gone(_: Request, exc: ClientGone) -> JSONResponse:
+        return _error(499, str(exc), "client_closed_request")  # nginx's code; nobody reads it
 
     @app.exception_handler(UpstreamError)
     async def _upstream_failed(_: Request, exc: UpstreamError) -> JSONResponse:
@@ -95,7 +130,8 @@ def build_app(policy: Policy, settings: EngineSettings, base_name: str) -> FastA
     async def policy_info() -> dict:
         return {**_policy_info(), "loads": app.state.loads[-20:], "slots": settings.slots,
                 "weights": settings.weights, "requests": upstreams.requests,
-                "most_in_flight": upstreams.most_in_flight,
+                "most_in_flight": upstreams.most_in_flight, "admitted": gate.admitted,
+                "admit_limit": gate.limit,
                 "draining": [u.policy_version for u in upstreams.retiring]}
 
     @app.get("/v1/models")
@@ -105,8 +141,8 @@ def build_app(policy: Policy, settings: EngineSettings, base_name: str) -> FastA
              "root": upstreams.current.path or str(policy.model_dir), "max_model_len": context,
              "policy_version": upstreams.current.policy_version} for name in sorted(names)]}
 
-    async def _run(req: GenRequest) -> GenResult:
-        result = await upstreams.generate(req)
+    async def _run(request: Request, req: GenRequest) -> GenResult:
+        result = await unless_disconnected(request, upstreams.generate(req))
         metrics.finished(req, result)
         return result
 
@@ -130,7 +166,7 @@ def build_app(policy: Policy, settings: EngineSettings, base_name: str) -> FastA
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
-        body = await request.json()
+        body = await _json(request)
         model = _check_model(body)
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
@@ -157,7 +193,7 @@ def build_app(policy: Policy, settings: EngineSettings, base_name: str) -> FastA
                               "prompt_token_ids": prompt_ids})
 
             return _stream(req, chunk, final)
-        result = await _run(req)
+        result = await _run(request, req)
         message: dict[str, Any] = {"role": "assistant", "content": result.text}
         finish = result.finish_reason
         if tools and tool_choice != "none":
@@ -173,11 +209,11 @@ def build_app(policy: Policy, settings: EngineSettings, base_name: str) -> FastA
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
-        body = await request.json()
+        body = await _json(request)
         model = _check_model(body)
         prompt = body.get("prompt")
-        if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-            prompt_ids = list(prompt)
+        if isinstance(prompt, list) and prompt and not any(isinstance(t, str) for t in prompt):
+            prompt_ids = shape.prompt_token_ids(prompt, policy.vocab_size)
         elif isinstance(prompt, str):
             prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
         else:
@@ -194,11 +230,13 @@ def build_app(policy: Policy, settings: EngineSettings, base_name: str) -> FastA
                                      "token_ids": ids, "logprobs": None}]}
 
             return _stream(req, chunk, lambda res: chunk("", [], res, res.finish_reason))
-        result = await _run(req)
+        result = await _run(request, req)
         payload = shape.completion_response(tokenizer, model, prompt_ids, result, want_logprobs)
         return JSONResponse(payload, headers={HEADER: str(result.policy_version)})
 
     async def _load(kind: str, name: str, path: str, version: int | None) -> JSONResponse:
+        if version is not None and not shape.is_int(version):
+            raise BadRequest(f"policy_version={version!r}; expected an integer")
         started = time.monotonic()
         old = upstreams.current.policy_version
         version = policy.next_version(name, version, old)
@@ -219,20 +257,26 @@ def build_app(policy: Policy, settings: EngineSettings, base_name: str) -> FastA
                              "policy_version": new.policy_version, "load_seconds": seconds},
                             headers={HEADER: str(new.policy_version)})
 
+    async def _load_body(request: Request, path_field: str, expected: str) -> tuple[dict, str]:
+        check_key(request, load_key, key_source)  # before the body: nothing is read for nobody
+        body = await _json(request)
+        if not isinstance(body.get(path_field), str) or not body[path_field]:
+            raise BadRequest(f"expected {expected}")
+        return body, loadable(body[path_field], downloads, path_field)
+
     @app.post("/v1/load_lora_adapter")
     async def load_lora(request: Request) -> JSONResponse:
-        body = await request.json()
-        if not body.get("lora_name") or not body.get("lora_path"):
+        body, path = await _load_body(request, "lora_path",
+                                      "{\"lora_name\": ..., \"lora_path\": ...}")
+        if not body.get("lora_name"):
             raise BadRequest("expected {\"lora_name\": ..., \"lora_path\": ...}")
-        return await _load("lora", body["lora_name"], body["lora_path"],
-                           body.get("policy_version"))
+        return await _load("lora", str(body["lora_name"]), path, body.get("policy_version"))
 
     @app.post("/v1/load_checkpoint")
     async def load_checkpoint(request: Request) -> JSONResponse:
-        body = await request.json()
-        if not body.get("path"):
-            raise BadRequest("expected {\"path\": <model dir>, \"policy_version\": <int>}")
-        return await _load("full", body.get("name") or body["path"], body["path"],
+        body, path = await _load_body(request, "path",
+                                      "{\"path\": <model dir>, \"policy_version\": <int>}")
+        return await _load("full", str(body.get("name") or path), path,
                            body.get("policy_version"))
 
     return app

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import time
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from serving.engine.generation import GenRequest, GenResult
+from serving.engine.guards import Gate
 from serving.engine.upstream import Upstreams
 from tracetrain.observability import Metrics, metric_name, values
 
@@ -22,7 +23,7 @@ ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completion",
 
 
 class EngineMetrics:
-    def __init__(self, upstreams: Upstreams):
+    def __init__(self, upstreams: Upstreams, gate: Gate):
         m = self.metrics = Metrics("engine")
         self.calls = m.counter("handled", "calls", "API calls by route and status class.",
                                ["route", "status"])
@@ -35,8 +36,8 @@ class EngineMetrics:
                                "(lora, full) and outcome (ok, failed).", ["kind", "outcome"])
         self.load_seconds = m.histogram("load_duration", "seconds", "Successful loads.",
                                         buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60))
-        m.register(_UpstreamCollector(upstreams))
-        self.upstreams = upstreams
+        m.register(_UpstreamCollector(upstreams, gate))
+        self.upstreams, self.gate = upstreams, gate
 
     def finished(self, req: GenRequest, result: GenResult) -> None:
         self.prompt_tokens.inc(len(req.prompt_ids))
@@ -49,6 +50,8 @@ class EngineMetrics:
                 "in_flight": current.in_flight,
                 "most_in_flight": self.upstreams.most_in_flight,
                 "draining_versions": [u.policy_version for u in self.upstreams.retiring],
+                "admitted": self.gate.admitted, "admit_limit": self.gate.limit,
+                "refused_full": self.gate.refused,
                 "handled_calls": values(self.calls, "route"),
                 "prompt_tokens": int(values(self.prompt_tokens)),
                 "generated_tokens": int(values(self.generated_tokens)),
@@ -58,11 +61,18 @@ class EngineMetrics:
 class _UpstreamCollector:
     """Figures the upstreams already keep, read at scrape time."""
 
-    def __init__(self, upstreams: Upstreams):
-        self.upstreams = upstreams
+    def __init__(self, upstreams: Upstreams, gate: Gate):
+        self.upstreams, self.gate = upstreams, gate
 
     def collect(self):
         upstreams = self.upstreams
+        yield GaugeMetricFamily(metric_name("engine", "admitted", "calls"),
+                                "Generation requests inside the engine (waiting or running); "
+                                "at engine.slots x engine.max_requests_per_slot more get 429.",
+                                value=self.gate.admitted)
+        yield CounterMetricFamily(metric_name("engine", "refused_full", "calls"),
+                                  "Generation requests answered 429: the engine was full.",
+                                  value=self.gate.refused)
         yield GaugeMetricFamily(metric_name("engine", "in_flight", "calls"),
                                 "Generations running in llama-server now (all versions).",
                                 value=sum(u.in_flight for u in [upstreams.current,

@@ -34,6 +34,9 @@ class Policy:
         self.n_head = int(config["num_attention_heads"])
         self.n_head_kv = int(config.get("num_key_value_heads") or self.n_head)
         self.context_length = int(config.get("max_position_embeddings", 2048))
+        # Prompt token ids must be below both: rows of the embedding and tokens it can decode.
+        self.vocab_size = min(int(config.get("vocab_size") or len(self.tokenizer)),
+                              len(self.tokenizer))
         self.binary = find_server()
         self.base = base_gguf(self.model_dir, settings.weights)
         self.work_dir = Path(work_dir)

@@ -15,6 +15,7 @@ import time
 
 import uvicorn
 
+from serving.access import download_dir, key_file, load_key
 from serving.engine.app import build_app
 from serving.engine.policy import Policy
 from tracetrain.base_model import resolve_base_model
@@ -27,7 +28,10 @@ def make_server(settings: Settings) -> uvicorn.Server:
     model_dir = resolve_base_model(settings.base_model, settings.home_dir)
     started = time.monotonic()
     policy = Policy(model_dir, settings.engine, settings.home_dir / "engine" / str(os.getpid()))
-    app = build_app(policy, settings.engine, base_name=settings.base_model)
+    source = "engine.load_key" if settings.engine.load_key else f"in {key_file(settings)}"
+    app = build_app(policy, settings.engine, base_name=settings.base_model,
+                    load_key=load_key(settings), key_source=source,
+                    downloads=download_dir(settings))
     log.info("llama-server on %s (%s weights, %d slots) ready in %.1fs (context %d)",
              policy.base.name, settings.engine.weights, settings.engine.slots,
              time.monotonic() - started, policy.context_length)

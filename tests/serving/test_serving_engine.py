@@ -118,7 +118,6 @@ def test_completions_and_models(client):
     assert "policy" in {m.id for m in client.models.list().data}
 
 
-
 def test_ignore_eos_and_tokens_inside_a_multibyte_character_keep_their_logprobs(
         client, engine_url, reference):
     hello = [{"role": "user", "content": "Say hello."}]
@@ -149,3 +148,44 @@ def test_ignore_eos_and_tokens_inside_a_multibyte_character_keep_their_logprobs(
     with pytest.raises(openai.BadRequestError, match="ignore_eos='yes'"):
         client.chat.completions.create(model="policy", messages=hello, max_tokens=5,
                                        extra_body={"ignore_eos": "yes"})
+
+
+# Each field llama-server would refuse (a 502 naming its own error), choke on (a 500) or obey
+# at any cost (10**6 alternatives per token): a 400 from the engine naming the field and value.
+BAD_FIELDS = [
+    ({"prompt": [1, 10**6]}, "prompt[1]=1000000"),
+    ({"prompt": [-5, 1]}, "prompt[0]=-5"),
+    ({"logprobs": 10**6}, "logprobs=1000000"),
+    ({"top_logprobs": 21}, "top_logprobs=21"),
+    ({"temperature": float("nan")}, "temperature=nan"),
+    ({"temperature": "hot"}, "temperature='hot'"),
+    ({"top_p": float("inf")}, "top_p=inf"),
+    ({"top_p": 1.5}, "top_p=1.5"),
+    ({"seed": "x"}, "seed='x'"),
+    ({"stop": [1]}, "stop=[1]"),
+    ({"max_tokens": "10"}, "max_tokens='10'"),
+]
+
+
+def test_invalid_fields_are_400s_naming_them_and_other_requests_are_served(engine_url):
+    def post(fields: dict) -> httpx.Response:
+        body = {"model": "policy", "prompt": "The capital of France is", "max_tokens": 3,
+                "temperature": 0, **fields}
+        # json.dumps, not httpx's encoder: it writes NaN and Infinity as a careless client does
+        return httpx.post(f"{engine_url}/v1/completions", content=json.dumps(body),
+                          headers={"content-type": "application/json"}, timeout=120)
+
+    with ThreadPoolExecutor(4) as pool:
+        good = [pool.submit(post, {}) for _ in range(3)]
+        bad = [(pool.submit(post, fields), named) for fields, named in BAD_FIELDS]
+        good = [future.result() for future in good]
+        bad = [(future.result(), named) for future, named in bad]
+    assert [r.status_code for r in good] == [200] * 3
+    assert all("Paris" in r.json()["choices"][0]["text"] for r in good)
+    for response, named in bad:
+        assert response.status_code == 400, (named, response.status_code, response.text)
+        assert named in response.json()["error"]["message"], response.text
+    for content in (b"{not json", b"[1, 2]"):
+        response = httpx.post(f"{engine_url}/v1/chat/completions", content=content,
+                              headers={"content-type": "application/json"}, timeout=30)
+        assert response.status_code == 400 and "body" in response.json()["error"]["message"]

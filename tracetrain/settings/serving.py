@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pathlib import Path
+
+from pydantic import BaseModel, Field, SecretStr
 
 from tracetrain.modes import EngineBackend, EngineWeights, RegistryAlias
 
@@ -21,6 +23,16 @@ class EngineSettings(BaseModel):
         "f32", description="Base weights llama-server serves: 'f32' (exactly the learner's "
         "numbers: logprob gap ~0.002) or 'q4_1' (the default model's shipped file: faster at one "
         "request, gap ~0.08). Figures: python -m bench.logprobs."
+    )
+    max_requests_per_slot: int = Field(
+        4, ge=1, description="Generation requests admitted per slot, running plus waiting; "
+        "beyond slots x this the engine answers 429 with Retry-After instead of queueing without "
+        "bound (4: a caller waits for a few generations at most)."
+    )
+    load_key: SecretStr | None = Field(
+        None, description="Bearer key /v1/load_lora_adapter and /v1/load_checkpoint require; "
+        "unset: a random key kept in <home>/engine/load_key (mode 0600), which a reloader with "
+        "the same home reads, so the load endpoints are never open."
     )
     drain_timeout_s: float = Field(
         300.0, gt=0, description="After a swap, how long the old version may finish its requests."
@@ -53,6 +65,10 @@ class ReloaderSettings(BaseModel):
     retry_s: float = Field(1.0, ge=0, description="First back-off between retries (doubles).")
     engine_url: str | None = Field(
         None, description="Engine base URL; unset means http://engine.host:engine.port."
+    )
+    download_dir: Path | None = Field(
+        None, description="Where versions are downloaded; the embedded engine loads only from "
+        "under it. Unset: <home>/reloader/versions."
     )
     verify_timeout_s: float = Field(30.0, gt=0, description="Wait for the engine to report it.")
     metrics_host: str = "127.0.0.1"
