@@ -6,9 +6,9 @@ UV       := $(BIN)/uv
 STAMP    := $(VENV)/.installed
 KAFKA_LIB_STAMP := infra/kafka/lib/.resolved
 
-.PHONY: setup demo test test-fast lint kafka-jars clean
+.PHONY: setup demo test test-fast lint kafka-jars llama-server clean
 
-setup: $(STAMP) $(KAFKA_LIB_STAMP)
+setup: $(STAMP) $(KAFKA_LIB_STAMP) llama-server
 
 # Reinstalls only when pyproject.toml changed: a second `make setup` takes a second.
 $(STAMP): pyproject.toml
@@ -28,6 +28,12 @@ $(KAFKA_LIB_STAMP): infra/kafka/pom.xml
 	@touch $@
 
 kafka-jars: $(KAFKA_LIB_STAMP)
+
+# The embedded engine's core: llama.cpp's llama-server, built once from the pinned source
+# (about 5 minutes on 2 cores) into ~/.cache/tracetrain/llama.cpp/, keyed by version and CPU
+# flags; later runs find it there in a second (serving/llamacpp/build.py says why these flags).
+llama-server: $(STAMP)
+	$(BIN)/python -m serving.llamacpp.build
 
 demo: setup
 	$(BIN)/tracetrain demo

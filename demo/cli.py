@@ -21,7 +21,9 @@ def demo(
     front_end: str = typer.Option("openai", "--front-end", help="The agent's framework: openai "
                                   "(plain client) or, for calc, autogen (AutoGen AgentChat with a "
                                   "function tool; pip install 'tracetrain[autogen]')."),
-    workers: int = typer.Option(6, min=1, help="Agent threads sending rollouts through the gateway."),
+    workers: int = typer.Option(16, min=1, help="Agent threads sending rollouts through the gateway."),
+    slots: int = typer.Option(16, min=1, help="Sequences the engine generates at once (llama-server "
+                              "parallel slots); also how many problems an eval solves at once."),
     mode: str = typer.Option("sft", help=f"Learner mode: {one_of(LEARNER_MODES)}."),
     n_eval: int = typer.Option(200, "--n-eval", min=1, help="Held-out problems for base and final accuracy."),
     version_eval: int = typer.Option(32, min=0, help="Held-out problems checked at each new "
@@ -30,10 +32,11 @@ def demo(
                                       "(exploration)."),
     lr: float = typer.Option(5e-4, min=0.0, help="Learning rate of the learner."),
     group_size: int = typer.Option(4, min=2, help="Rollouts per training problem (GRPO group)."),
-    learner_threads: int = typer.Option(None, min=1, help="torch threads of the learner "
-                                        "(default: torch's, all cores)."),
-    engine_threads: int = typer.Option(None, min=1, help="torch threads of the engine (default: "
-                                       "torch's; the two share the cores)."),
+    learner_threads: int = typer.Option(1, min=1, help="torch threads of the learner "
+                                        "(it shares the cores with the engine)."),
+    engine_threads: int = typer.Option(1, min=1, help="llama-server threads of the engine (it "
+                                       "shares the cores with the learner: more threads than "
+                                       "free cores slow llama.cpp down)."),
 ) -> None:
     """Agents improving from their own traffic: brings the stack up (Kafka, MLflow, engine,
     Faust worker, gateway, learner, reloader), runs agent workers through the gateway, shows a
@@ -49,7 +52,7 @@ def demo(
     if front_end not in FRONT_ENDS[task]:
         raise typer.BadParameter(f"{front_end!r} for --task {task}: expected one of "
                                  f"{', '.join(FRONT_ENDS[task])}", param_hint="--front-end")
-    opts = DemoOptions(task=task, front_end=front_end, minutes=minutes, workers=workers,
+    opts = DemoOptions(task=task, front_end=front_end, minutes=minutes, workers=workers, slots=slots,
                        mode=mode, n_eval=n_eval, version_eval_n=version_eval, group_size=group_size,
                        temperature=temperature, lr=lr, learner_threads=learner_threads,
                        engine_threads=engine_threads)
@@ -71,7 +74,8 @@ def eval_command(
     version: str = typer.Option(None, help="A registered version number, or `base`."),
     alias: str = typer.Option(None, help="A registry alias instead of a version "
                               f"({', '.join(REGISTRY_ALIASES)})."),
-    threads: int = typer.Option(8, min=1, help="Problems solved at once."),
+    threads: int = typer.Option(16, min=1, help="Problems solved at once (the eval engine "
+                                "runs as many parallel slots)."),
 ) -> None:
     """Held-out accuracy of a registered version (or the base model) through the task's agent,
     greedy. Starts an engine of its own on a free port and stops it after; prints one JSON line
@@ -98,7 +102,8 @@ def eval_command(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--problems") from exc
     number = int(version) if version not in (None, "base") else None
-    with evaluate.own_engine(settings, version=number, alias=alias) as (url, label):
+    with evaluate.own_engine(settings, version=number, alias=alias,
+                                 slots=threads) as (url, label):
         rewards = evaluate.with_progress(chosen, items, url, f"{task} version {label}",
                                          threads=threads, console=Console(stderr=True))
     result = evaluate.EvalResult(task, label, len(rewards), sum(rewards) / max(1, len(rewards)), rewards)

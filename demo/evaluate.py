@@ -86,11 +86,13 @@ def with_progress(task, problems: list, base_url: str, label: str, threads: int 
 
 @contextlib.contextmanager
 def own_engine(settings: Settings, version: int | None = None, alias: str | None = None,
-               name: str = "eval-engine") -> Iterator[tuple[str, str]]:
+               name: str = "eval-engine", slots: int | None = None) -> Iterator[tuple[str, str]]:
     """An engine on a free port serving the base model (neither version nor alias), a
-    registered version or the version an alias points to. Yields (base_url, label)."""
+    registered version or the version an alias points to, with `slots` parallel sequences
+    (default: settings'). Yields (base_url, label)."""
     port = processes.free_port(settings.engine.host)
-    engine = settings.engine.model_copy(update={"port": port})
+    engine = settings.engine.model_copy(update={"port": port,
+                                                "slots": slots or settings.engine.slots})
     url = f"http://{engine.host}:{port}"
     reloader_cfg = settings.reloader.model_copy(update={"engine_url": url, **(
         {"alias": alias} if alias else {})})

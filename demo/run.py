@@ -42,7 +42,13 @@ class DemoOptions:
     task: str = "calc"
     front_end: str = "openai"
     minutes: float = 12.0
-    workers: int = 6
+    # Tuned for the llama-server engine on 2 cores (issue 19): 16 agents keep 16 slots busy
+    # (continuous batching: decode runs ~1.4x faster at 16 sequences than at 8). The engine and
+    # the learner get one thread each: llama.cpp's threads meet at a spinning barrier every
+    # layer, so two of them beside a busy learner thread decode at 72 tokens/s where one
+    # alone does 127 (llama-batched-bench, 16 sequences, one core kept busy).
+    workers: int = 16
+    slots: int = 16
     mode: str = "sft"
     n_eval: int = 200
     version_eval_n: int = 32
@@ -50,8 +56,8 @@ class DemoOptions:
     temperature: float = 0.3
     lr: float = 5e-4
     checkpoint_every: int = 3  # learner steps per registered version
-    learner_threads: int | None = None  # the measured default run left both unset
-    engine_threads: int | None = None
+    learner_threads: int | None = 1
+    engine_threads: int | None = 1
 
 
 def demo_settings(settings: Settings, opts: DemoOptions, task: Task, run_id: str) -> Settings:
@@ -61,8 +67,8 @@ def demo_settings(settings: Settings, opts: DemoOptions, task: Task, run_id: str
         "mode": opts.mode, "lr": opts.lr, "group_size": opts.group_size,
         "batch_timeout_s": 20.0, "group_wait_s": 30.0, "checkpoint_every_steps": opts.checkpoint_every,
         "staleness_policy": "downweight", "threads": opts.learner_threads})
-    # The engine and the learner share the cores; unset, each takes torch's default (all).
-    engine = settings.engine.model_copy(update={"threads": opts.engine_threads})
+    engine = settings.engine.model_copy(update={"threads": opts.engine_threads,
+                                                "slots": opts.slots})
     streams = settings.streams.model_copy(update={
         "select_agents": task.trained_agents, "idle_timeout_s": 60.0})
     mlflow = settings.mlflow.model_copy(update={
@@ -142,7 +148,8 @@ class DemoRun:
         if cache.is_file():
             return json.loads(cache.read_text())["accuracy"], True
         rewards = evaluate.with_progress(self.task, self.heldout_problems, f"{self.engine_url}/v1",
-                                         "held-out, base model", console=self.console)
+                                         "held-out, base model", threads=self.opts.slots,
+                                         console=self.console)
         value = sum(rewards) / len(rewards)
         cache.parent.mkdir(parents=True, exist_ok=True)
         cache.write_text(json.dumps({"accuracy": value, "n": len(rewards)}))
@@ -156,7 +163,8 @@ class DemoRun:
             version = monitor.snapshot.policy_version
             if version is not None and version not in checked:
                 checked.add(version)
-                rewards = evaluate.accuracy(self.task, problems, f"{self.engine_url}/v1", threads=4)
+                rewards = evaluate.accuracy(self.task, problems, f"{self.engine_url}/v1",
+                                            threads=max(1, self.opts.slots // 4))
                 monitor.snapshot.heldout.append(
                     HeldOut(str(version), len(rewards), sum(rewards) / len(rewards), time.time()))
             stop.wait(2.0)
@@ -216,12 +224,15 @@ class DemoRun:
                 self._say("stopped early by Ctrl-C; evaluating what was learned so far")
             stop.set()
             traffic.close()
+            traffic_ended = time.time()
             services.stop(s, "learner", timeout_s=60)  # registers its last steps
             self._serve_last_version(monitor)
             final_version = monitor.snapshot.policy_version
+            eval_started = time.time()
             rewards = evaluate.with_progress(self.task, self.heldout_problems, f"{self.engine_url}/v1",
                                              f"held-out, policy version {final_version}",
-                                             console=self.console)
+                                             threads=opts.slots, console=self.console)
+            eval_seconds = time.time() - eval_started
             final = sum(rewards) / len(rewards)
             monitor.poll()
             summary = {
@@ -232,6 +243,9 @@ class DemoRun:
                 "versions": monitor.snapshot.versions, "final_policy_version": final_version,
                 "mean_reload_s": None if monitor.mean_reload_s() is None else round(monitor.mean_reload_s(), 3),
                 "rollouts": len(traffic.stats.episodes), "transitions": monitor.snapshot.transitions,
+                "rollouts_per_min": round(len(traffic.stats.episodes) / max(
+                    1e-9, (traffic_ended - train_started) / 60), 2),
+                "eval_seconds": round(eval_seconds, 1),
                 "heldout_per_version": [h.__dict__ for h in monitor.snapshot.heldout],
                 "agent_errors": traffic.stats.errors, "mlflow_ui": s.mlflow.uri,
                 "experiment": s.mlflow.experiment, "registered_model": s.mlflow.registered_model,

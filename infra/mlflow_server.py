@@ -39,7 +39,7 @@ def start(home: Path, mlflow: MlflowSettings) -> processes.ProcessRecord:
     if mlflow.tracking_uri:
         raise InfraError(f"TRACETRAIN_MLFLOW__TRACKING_URI is set ({mlflow.tracking_uri}): "
                          "an external server is used, none is started here")
-    processes.require_free(mlflow.host, mlflow.port, "the MLflow server")
+    processes.require_free(mlflow.host, mlflow.port, "the MLflow server", "mlflow.port")
     root = (Path(home) / "mlflow").resolve()
     (root / "artifacts").mkdir(parents=True, exist_ok=True)
     argv = [

@@ -1,6 +1,13 @@
 """Supervision of the stack's processes: each one is started detached, with its log, pid file
 and health URL under the state folder, so `tracetrain status` and `down` can find it later
-from another shell. Only processes with our pid files are ever stopped.
+from another shell.
+
+Only processes we started are ever signalled. A pid file records the argv and the process's
+start time (in clock ticks since boot, from `/proc/PID/stat`, with the boot id); before any
+signal `/proc` must still show that start time and that command line. A pid the kernel has
+since given to another process (the stack died, the machine rebooted) is left alone and its
+stale pid file removed. A zombie (exited, not yet reaped by a parent that is still alive)
+counts as exited, so stopping it never waits for it.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from pathlib import Path
 import httpx
 
 from tracetrain.errors import InfraError
+from tracetrain.settings import env_name
 
 
 @dataclass
@@ -29,6 +37,10 @@ class ProcessRecord:
     health_url: str | None
     log: str
     started: float
+    # /proc/PID/stat's start time (clock ticks since boot) and the boot it counts from: with
+    # the pid, what identifies the process we started. None in pid files from before.
+    start_ticks: int | None = None
+    boot_id: str | None = None
 
 
 def run_dir(home: Path) -> Path:
@@ -55,27 +67,71 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
-def require_free(host: str, port: int, what: str) -> None:
+def require_free(host: str, port: int, what: str, setting: str | None = None) -> None:
+    """InfraError naming the port, what wanted it and the setting that chose it (a dotted
+    path, 'gateway.port'), if something already listens there."""
     if port_in_use(host, port):
+        variable = env_name(setting) if setting else None
         raise InfraError(
-            f"port {host}:{port} for {what} is already taken; stop what holds it "
-            f"(`ss -ltnp | grep {port}`) or choose another port in settings"
+            f"port {host}:{port} for {what} is already taken"
+            + (f" (setting {setting}, {variable})" if setting else "")
+            + f"; stop what holds it (`ss -ltnp | grep {port}`) or "
+            + (f"set {variable} to another port" if variable else "choose another port")
         )
 
 
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, start time in ticks since boot) from /proc/PID/stat; None if gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # The command name (field 2) may hold spaces and parentheses: fields follow the last ')'.
+    fields = text.rsplit(")", 1)[1].split()
+    return fields[0], int(fields[19])
+
+
+def _cmdline(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return raw.decode(errors="surrogateescape").split("\0")[:-1]
+
+
+def _boot_id() -> str:
+    return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+
+
 def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    """True while `pid` runs; a zombie is exited (reaped here when it is our child)."""
+    stat = _stat(pid)
+    if stat is None:
         return False
-    except PermissionError:
-        return True
-    # A zombie child of ours still answers kill(0); reap it if it is ours.
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        return done == 0
-    except ChildProcessError:
-        return True
+    if stat[0] in "ZX":
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass  # someone else's child: its parent reaps it
+        return False
+    return True
+
+
+def is_ours(record: ProcessRecord) -> bool:
+    """True while the process `record` names runs and is the one we started.
+
+    With a recorded start time, the same start time since the same boot: a pid the kernel gave
+    to another process has another. (A process may rewrite its command line, as vLLM and
+    gunicorn do with setproctitle; it cannot change its start time.) A pid file without one
+    (written before start times were recorded) needs the same command line instead; a script's
+    interpreter may stand before it."""
+    stat = _stat(record.pid)
+    if stat is None or not pid_alive(record.pid):  # gone, or a zombie (reaped if ours)
+        return False
+    if record.start_ticks is not None:
+        return stat[1] == record.start_ticks and record.boot_id == _boot_id()
+    cmdline = _cmdline(record.pid) or []
+    return cmdline[len(cmdline) - len(record.argv):] == record.argv
 
 
 def spawn(
@@ -90,7 +146,7 @@ def spawn(
 ) -> ProcessRecord:
     """Start `argv` in its own session (so a terminal's Ctrl-C does not reach it)."""
     existing = read_record(home, name)
-    if existing and pid_alive(existing.pid):
+    if existing and is_ours(existing):
         raise InfraError(f"{name} is already running (pid {existing.pid}); `tracetrain down` first")
     log_path = log_dir(home) / f"{name}.log"
     with open(log_path, "ab") as log:
@@ -103,7 +159,10 @@ def spawn(
             cwd=cwd,
             start_new_session=True,
         )
-    record = ProcessRecord(name, proc.pid, argv, address, health_url, str(log_path), time.time())
+    # Popen returns once the child has exec'd, so /proc already shows its final argv.
+    stat = _stat(proc.pid)
+    record = ProcessRecord(name, proc.pid, argv, address, health_url, str(log_path), time.time(),
+                           start_ticks=stat[1] if stat else None, boot_id=_boot_id())
     (run_dir(home) / f"{name}.json").write_text(json.dumps(asdict(record)))
     return record
 
@@ -123,36 +182,49 @@ def records(home: Path) -> list[ProcessRecord]:
 
 
 def stop(home: Path, name: str, timeout_s: float = 20.0) -> bool:
-    """SIGTERM the process group, SIGKILL after `timeout_s`. False if nothing was running."""
+    """SIGTERM the process group, SIGKILL after `timeout_s`. False if nothing of ours was
+    running (no pid file, the process exited, or its pid now belongs to another process)."""
     record = read_record(home, name)
     if record is None:
         return False
-    was_alive = pid_alive(record.pid)
-    if was_alive:
-        _signal_group(record.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while pid_alive(record.pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if pid_alive(record.pid):
-            _signal_group(record.pid, signal.SIGKILL)
-            while pid_alive(record.pid):
-                time.sleep(0.05)
+    was_ours = is_ours(record)
+    if was_ours:
+        _signal(record, signal.SIGTERM)
+        if not _wait_gone(record, timeout_s):
+            _signal(record, signal.SIGKILL)
+            if not _wait_gone(record, 10.0):
+                raise InfraError(f"{name} (pid {record.pid}) survived SIGKILL for 10 s "
+                                 f"(uninterruptible I/O?); its pid file stays: {run_dir(home)}")
     (run_dir(home) / f"{name}.json").unlink(missing_ok=True)
-    return was_alive
+    return was_ours
 
 
-def _signal_group(pid: int, sig: int) -> None:
+def _wait_gone(record: ProcessRecord, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while is_ours(record):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _signal(record: ProcessRecord, sig: int) -> None:
+    """Signal the process group we started (its leader is the process), checked just before."""
+    if not is_ours(record):
+        return
     try:
-        os.killpg(os.getpgid(pid), sig)
-    except (ProcessLookupError, PermissionError):
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
+        # start_new_session made the process its group's leader; a group led by another
+        # pid is not ours to signal, so then only the process itself is.
+        if os.getpgid(record.pid) == record.pid:
+            os.killpg(record.pid, sig)
+        else:
+            os.kill(record.pid, sig)
+    except ProcessLookupError:
+        pass
 
 
 def healthy(record: ProcessRecord) -> bool:
-    if not pid_alive(record.pid):
+    if not is_ours(record):
         return False
     if record.health_url is None:
         host, _, port = record.address.rpartition(":")

@@ -57,6 +57,8 @@ class Service:
     # Started again when it ends other than by a stop (infra/supervise.py): for a process
     # that exits on purpose when going on would lose data.
     restart: bool = False
+    # The setting that chooses the port (`gateway.port`): named when the port is taken.
+    port_setting: str | None = None
 
     def address(self, settings: Settings) -> str:
         bound = self.listen(settings)
@@ -86,7 +88,7 @@ def start(settings: Settings, service: Service, *, instance: str | None = None,
     name = instance or service.name
     bound = service.listen(settings)
     if bound is not None:
-        processes.require_free(bound[0], bound[1], name)
+        processes.require_free(bound[0], bound[1], name, service.port_setting)
     argv = [*service.argv(settings), *extra_argv]
     if service.restart:
         argv = [sys.executable, "-m", "infra.supervise", "--name", name, "--", *argv]

@@ -4,7 +4,9 @@
     tracetrain smoke [--spans 5]
 
 Brings the stack up (Kafka, topics, MLflow), shows `tracetrain status`, publishes a few Avro
-spans to the spans topic and reads them back, then stops everything it started.
+spans to the spans topic and reads them back, then stops what it started, and only that: a
+stack that was already running (`tracetrain up`) makes `up` fail with its clear error and is
+left as it was.
 """
 
 from __future__ import annotations
@@ -41,8 +43,9 @@ def _span(i: int, rollout_id: str) -> Span:
 
 def run(settings: Settings, n_spans: int, console: Console, show_status) -> int:
     """Returns the number of spans read back (equal to n_spans when all is well)."""
+    started: list = []
     try:
-        stack.up(settings, ["kafka", "mlflow"])
+        stack.up(settings, ["kafka", "mlflow"], started=started)
         show_status()
         codec, bootstrap = Codec(), settings.kafka.bootstrap_servers
         rollout_id = f"demo-{uuid.uuid4().hex[:8]}"
@@ -73,5 +76,5 @@ def run(settings: Settings, n_spans: int, console: Console, show_status) -> int:
         console.print(f"read back {found}/{n_spans} spans")
         return found
     finally:
-        stopped = stack.down(settings)
-        console.print(f"stopped {', '.join(stopped)}")
+        stopped = stack.stop_started(settings, started)
+        console.print(f"stopped {', '.join(stopped)}" if stopped else "stopped nothing")

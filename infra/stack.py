@@ -32,11 +32,16 @@ def check_names(names: list[str]) -> None:
                          f"{', '.join(PLATFORM)} or one of {', '.join(SERVICES)}")
 
 
-def up(settings: Settings, names: list[str], brokers: int | None = None) -> list[processes.ProcessRecord]:
-    """Start `names` (Kafka and its topics first, then MLflow, then the stages in order)."""
+def up(settings: Settings, names: list[str], brokers: int | None = None,
+       started: list[processes.ProcessRecord] | None = None) -> list[processes.ProcessRecord]:
+    """Start `names` (Kafka and its topics first, then MLflow, then the stages in order).
+
+    Each record is appended to `started` as soon as its process runs, so a caller whose `up`
+    fails part-way (a port taken, a service that never became healthy) knows what it started
+    and can stop exactly that (`stop_started`)."""
     check_names(names)
     home = settings.home_dir
-    started: list[processes.ProcessRecord] = []
+    started = [] if started is None else started
     if "kafka" in names:
         started += broker.start(home, settings.kafka, brokers)
         topics.create_topics(broker.bootstrap(settings.kafka, brokers or settings.kafka.brokers),
@@ -49,7 +54,22 @@ def up(settings: Settings, names: list[str], brokers: int | None = None) -> list
     return started
 
 
+def stop_started(settings: Settings, started: list[processes.ProcessRecord]) -> list[str]:
+    """Stop the processes of `started` (what an `up` of ours started), newest first: the
+    stages, then MLflow, then the brokers. Nothing else under the state folder is touched."""
+    stopped = []
+    for record in reversed(started):
+        current = processes.read_record(settings.home_dir, record.name)
+        # The pid file must still be the one that `up` wrote (not a later start's).
+        if current is not None and current.pid == record.pid and \
+                processes.stop(settings.home_dir, record.name, timeout_s=30):
+            stopped.append(record.name)
+    return stopped
+
+
 def down(settings: Settings, wipe: bool = False) -> list[str]:
+    """Stop every process with a pid file under the state folder (each checked in /proc to
+    be the one that was started, before any signal)."""
     home = settings.home_dir
     stopped = []
     # Stage processes first (they talk to Kafka and MLflow), then MLflow, then the brokers.

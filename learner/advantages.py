@@ -3,8 +3,10 @@
     from learner.advantages import make_advantage
     adv = make_advantage(settings.learner)   # then adv.compute(transitions) -> list[float]
 
-Reads each transition's `credited_return` (the streams stage's credit assignment). `group`
-normalises within the transitions of one task across its rollouts (GRPO); `GroupBuffer` holds a
+Reads each transition's `credited_return` and `final_reward` (the streams stage's credit
+assignment). `group` normalises rollout returns within one task's rollouts (LightningRL's
+GRPO over rollouts) and adds each call's shaping; `rollout_weights` gives the loss one weight
+per rollout (`learner.loss_normalisation`); `GroupBuffer` holds a
 task's transitions until `group_size` rollouts arrived or `group_wait_s` passed, then releases
 what it has. Every strategy has `state_dict`/`load_state_dict` so checkpoints resume exactly.
 """
@@ -45,29 +47,59 @@ class BatchAdvantage:
         pass
 
 
+def _rollout_return(t: dict) -> float:
+    # Every call of a rollout carries the rollout's final reward; older records without it
+    # fall back to the call's credited return.
+    return t.get("final_reward", t["credited_return"])
+
+
+def _shaping(t: dict) -> float:
+    """The call's own part of its credited return (AIR's intermediate reward, a discounted
+    return's difference); 0 under `identical` credit."""
+    return t["credited_return"] - _rollout_return(t)
+
+
 class GroupAdvantage:
-    """GRPO: normalise returns within each task's group; a transition without a task is its own
-    group (advantage 0) unless it is the only kind in the batch, then batch-normalised."""
+    """LightningRL/GRPO over rollouts: a rollout's return (its final reward) is normalised
+    within its task's group of rollouts, every call of the rollout carries that advantage plus
+    its own shaping (`_shaping`). Rollouts with no task, or alone in their task in this batch
+    (production traffic whose tasks never repeat), are normalised together, as `batch` does."""
 
     name = "group"
 
     def compute(self, transitions: list[dict]) -> list[float]:
-        if transitions and all(t.get("task_id") is None for t in transitions):
-            return BatchAdvantage().compute(transitions)
-        groups: dict[str, list[int]] = {}
-        for i, t in enumerate(transitions):
-            groups.setdefault(t.get("task_id") or f"\0{t['transition_id']}", []).append(i)
-        out = [0.0] * len(transitions)
-        for members in groups.values():
-            for i, a in zip(members, _normalise([transitions[i]["credited_return"] for i in members]), strict=True):
-                out[i] = a
-        return out
+        rollouts: dict[str, float] = {}
+        tasks: dict[str, set[str]] = {}
+        for t in transitions:
+            rollouts.setdefault(t["rollout_id"], _rollout_return(t))
+            tasks.setdefault(t.get("task_id") or f"\0{t['rollout_id']}", set()).add(t["rollout_id"])
+        advantage: dict[str, float] = {}
+        singles = []
+        for members in tasks.values():
+            if len(members) < 2:
+                singles.extend(members)
+                continue
+            ordered = sorted(members)
+            advantage.update(zip(ordered, _normalise([rollouts[r] for r in ordered]), strict=True))
+        advantage.update(zip(singles, _normalise([rollouts[r] for r in singles]), strict=True))
+        return [advantage[t["rollout_id"]] + _shaping(t) for t in transitions]
 
     def state_dict(self) -> dict:
         return {}
 
     def load_state_dict(self, state: dict) -> None:
         pass
+
+
+def rollout_weights(transitions: list[dict]) -> list[float]:
+    """Per-call loss weights that give every rollout of the batch the same total weight, so a
+    rollout of five calls does not count five times one of a single call. They sum to the
+    number of calls (the loss keeps its scale): B / (rollouts * calls of this rollout)."""
+    calls: dict[str, int] = {}
+    for t in transitions:
+        calls[t["rollout_id"]] = calls.get(t["rollout_id"], 0) + 1
+    scale = len(transitions) / len(calls) if calls else 0.0
+    return [scale / calls[t["rollout_id"]] for t in transitions]
 
 
 class BaselineAdvantage:

@@ -22,6 +22,7 @@ result keeps TRL's `FusedCausalLMOutput` contract: per-token fields are zero whe
 
 from __future__ import annotations
 
+import contextlib
 import types
 
 import torch
@@ -68,6 +69,24 @@ def install(model, outputs: tuple[str, ...] = (), temperature: float = 1.0,
     return True
 
 
+@contextlib.contextmanager
+def row_temperatures(model, temperatures: torch.Tensor | None):
+    """Score each row of the calls inside at its own sampling temperature (B,), the
+    distribution the engine sampled that row from. Only the compact CPU path knows rows; a
+    model on TRL's path (a GPU head) is refused unless every temperature is 1."""
+    target = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if temperatures is not None and bool((temperatures == 1.0).all()):
+        temperatures = None
+    if temperatures is not None and target.get_output_embeddings().weight.device.type != "cpu":
+        raise LearnerError("per-transition sampling temperatures are scored on the CPU LM head "
+                           "only; got a head on " + str(target.get_output_embeddings().weight.device))
+    target._row_temperatures = temperatures
+    try:
+        yield
+    finally:
+        target._row_temperatures = None
+
+
 def _score(model, head, args, kwargs, labels, num_items_in_batch, outputs, temperature,
            entropy_requires_grad):
     from trl.trainer.utils import FusedCausalLMOutput
@@ -78,7 +97,10 @@ def _score(model, head, args, kwargs, labels, num_items_in_batch, outputs, tempe
     mask = labels != -100
     targets = labels[mask]
     logits = head(hidden[mask]).float()
-    if temperature != 1.0:
+    rows = getattr(model, "_row_temperatures", None)
+    if rows is not None:
+        logits = logits / rows.unsqueeze(1).expand(mask.shape)[mask].unsqueeze(-1)
+    elif temperature != 1.0:
         logits = logits / temperature
     logp = logits.log_softmax(-1)
     picked = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)

@@ -113,35 +113,62 @@ def inputs_from(transitions: list[dict], advantages: list[float], weights: list[
         "prompt_ids": prompt_ids, "prompt_mask": prompt_mask,
         "completion_ids": completion_ids, "completion_mask": completion_mask,
         "advantages": adv, "old_logps": old, "has_old": has_old,
+        # The engine's sampling temperature (Transition v2); unknown (v1, null) is 1.0.
+        "temperatures": torch.tensor([t.get("sampling_temperature") or 1.0 for t in transitions],
+                                     dtype=torch.float32),
         "num_items_in_batch": completion_mask.sum().float(),
     }
     return {k: v.to(device) for k, v in inputs.items()}
 
 
 def response_logps(trainer, model, inputs: dict) -> torch.Tensor:
-    """Per-token log-probs (B, T) of the completion tokens under `model` (no grad)."""
+    """Per-token log-probs (B, T) of the completion tokens under `model` (no grad), each row at
+    its transition's sampling temperature."""
     ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
     mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
-    with torch.no_grad():
+    with torch.no_grad(), lm_head.row_temperatures(model, inputs.get("temperatures")):
         logps, _, _ = trainer._get_per_token_logps_and_entropies(
             model, ids, mask, inputs["completion_ids"].size(1))
     return logps
 
 
-def rl_loss(trainer, model, inputs: dict) -> tuple[torch.Tensor, dict[str, float]]:
-    """TRL's GRPO loss on one micro-batch, and the metrics TRL recorded for it."""
+def truncated_is(learner_logps: torch.Tensor, behaviour_logps: torch.Tensor, mask: torch.Tensor,
+                 cap: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """Truncated importance sampling for the engine/learner mismatch (verl's rollout
+    correction, token level): rho = exp(learner - behaviour) per token, truncated at `cap`.
+    Returns the factor min(rho, cap) / rho (B, T) that multiplies each token's advantage: TRL's
+    ratio is already learner/behaviour, so the factor turns its gradient rho * A * grad(logp)
+    into min(rho, cap) * A * grad(logp), and PPO's clip still bounds the staleness."""
+    rho = torch.exp(learner_logps - behaviour_logps)
+    factor = torch.where(rho > cap, cap / rho, torch.ones_like(rho)) * mask
+    tokens = mask.sum().clamp(min=1)
+    return factor, {
+        "is_ratio_mean": float((rho * mask).sum() / tokens),
+        "is_ratio_max": float(torch.where(mask.bool(), rho, torch.zeros_like(rho)).max()),
+        "is_truncated_fraction": float(((rho > cap) & mask.bool()).sum() / tokens),
+    }
+
+
+def rl_loss(trainer, model, inputs: dict, tis_cap: float | None = None
+            ) -> tuple[torch.Tensor, dict[str, float]]:
+    """TRL's GRPO loss on one micro-batch, and the metrics TRL recorded for it; with `tis_cap`
+    the tokens that carry behaviour logprobs are importance-weighted by `truncated_is`."""
     trl_inputs = {k: inputs[k] for k in ("prompt_ids", "prompt_mask", "completion_ids",
                                          "completion_mask", "advantages", "num_items_in_batch")}
     has_old = inputs["has_old"]
+    correction: dict[str, float] = {}
     # Without stored behaviour logprobs (e.g. an engine that returns none) the ratio is the
     # on-policy 1: TRL does that itself when `old_per_token_logps` is absent (detached current
-    # logps, no extra forward); a batch mixing both needs the current logps for some rows.
-    if bool(has_old.all()):
+    # logps, no extra forward); a batch mixing both, or truncated IS, needs the current logps.
+    if bool(has_old.all()) and tis_cap is None:
         trl_inputs["old_per_token_logps"] = inputs["old_logps"]
     elif bool(has_old.any()):
         current = response_logps(trainer, model, inputs)
-        trl_inputs["old_per_token_logps"] = torch.where(has_old.unsqueeze(1),
-                                                        inputs["old_logps"], current)
+        old = torch.where(has_old.unsqueeze(1), inputs["old_logps"], current)
+        trl_inputs["old_per_token_logps"] = old
+        if tis_cap is not None:
+            factor, correction = truncated_is(current, old, inputs["completion_mask"], tis_cap)
+            trl_inputs["advantages"] = inputs["advantages"].unsqueeze(1) * factor
     if trainer.beta != 0.0:
         if hasattr(model, "disable_adapter"):
             with model.disable_adapter():
@@ -149,11 +176,13 @@ def rl_loss(trainer, model, inputs: dict) -> tuple[torch.Tensor, dict[str, float
         else:
             trl_inputs["ref_per_token_logps"] = response_logps(trainer, trainer.ref_model, inputs)
     trainer._metrics["train"].clear()
-    loss = trainer._compute_loss(model, trl_inputs)
+    with lm_head.row_temperatures(model, inputs.get("temperatures")):
+        loss = trainer._compute_loss(model, trl_inputs)
     recorded = {k: v[-1] for k, v in trainer._metrics["train"].items() if v}
     metrics = {
         "clip_fraction": recorded.get("clip_ratio/region_mean", 0.0),
         "entropy": recorded.get("entropy", 0.0),
         "kl": recorded.get("kl", 0.0),
+        **correction,
     }
     return loss, metrics

@@ -16,4 +16,5 @@ LEARNER = Service(
     listen=lambda s: status_address(s.learner.metrics_host, s.learner.metrics_port),
     health_path="/healthz",
     start_timeout_s=lambda s: 60.0,
+    port_setting="learner.metrics_port",
 )

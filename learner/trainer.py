@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from learner.advantages import rollout_weights
 from learner.errors import LearnerError, NonFiniteStep
 from learner.policy_loss import build_grpo_trainer, inputs_from, response_logps, rl_loss
 from tracetrain.base_model import resolve_base_model
@@ -113,9 +114,11 @@ class PolicyTrainer:
                    weights: list[float]) -> dict[str, float]:
         started = time.perf_counter()
         self.model.train()
+        if self.learner.mode == "rl" and self.learner.loss_normalisation == "rollout":
+            weights = [w * r for w, r in zip(weights, rollout_weights(transitions), strict=True)]
         inputs = self.inputs(transitions, advantages, weights)
         if self.learner.mode == "rl":
-            loss, metrics = rl_loss(self.trl, self.model, inputs)
+            loss, metrics = rl_loss(self.trl, self.model, inputs, self.learner.tis_cap)
         else:
             from learner import offline_modes
 

@@ -1,4 +1,4 @@
-"""Builders of complete Span and Reward dicts (schemas/avsc/Span.v2, Reward.v1) with defaults.
+"""Builders of complete Span and Reward dicts (schemas/avsc/Span.v3, Reward.v1) with defaults.
 
     span = new_span("llm", rollout_id="r1", llm=llm_part(model="m", ...))
 

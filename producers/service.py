@@ -16,4 +16,5 @@ GATEWAY = Service(
     listen=lambda s: (s.gateway.host, s.gateway.port),
     health_path="/healthz",
     start_timeout_s=lambda s: s.gateway.start_timeout_s,
+    port_setting="gateway.port",
 )

@@ -1,7 +1,8 @@
 """How the reloader talks to an engine: the embedded one or vLLM, through their HTTP APIs.
 
 Embedded: `POST /v1/load_lora_adapter` (vLLM's shape plus `policy_version`),
-`POST /v1/load_checkpoint` for full weights, `GET /v1/policy` to verify.
+`POST /v1/load_checkpoint` for full weights, both with `Authorization: Bearer <load key>`;
+`GET /v1/policy` to verify.
 vLLM: `POST /v1/load_lora_adapter {"lora_name","lora_path","load_inplace": true}` (needs
 VLLM_ALLOW_RUNTIME_LORA_UPDATING=1), `POST /collective_rpc {"method": "reload_weights"}` (needs
 VLLM_SERVER_DEV_MODE=1) for full weights, `GET /v1/models` (a LoRA entry's `root` is its path)
@@ -21,16 +22,19 @@ class EngineUnavailable(ServingError):
 
 class EngineClient:
     def __init__(self, base_url: str, backend: str = "embedded", lora_name: str = "policy",
-                 timeout_s: float = 120.0):
+                 timeout_s: float = 120.0, load_key: str | None = None):
         self.base_url = base_url.rstrip("/")
         self.backend = backend
         self.lora_name = lora_name
         self.http = httpx.Client(base_url=self.base_url, timeout=timeout_s)
+        # The embedded engine's load routes need its load key (serving/access.py).
+        self._auth = {"authorization": f"Bearer {load_key}"} \
+            if load_key and backend == "embedded" else {}
         self._full_path: str | None = None  # vLLM: reload_weights has no version to read back
 
     def _post(self, path: str, payload: dict) -> httpx.Response:
         try:
-            response = self.http.post(path, json=payload)
+            response = self.http.post(path, json=payload, headers=self._auth)
         except httpx.HTTPError as exc:
             raise EngineUnavailable(f"engine at {self.base_url} did not answer {path}: "
                                     f"{type(exc).__name__}: {exc}") from exc

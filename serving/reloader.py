@@ -5,14 +5,17 @@
 Reads MLflow (settings.mlflow.registered_model @ settings.reloader.alias; `latest`, which
 MLflow reserves, means the highest version number) every
 `reloader.poll_s` seconds, and, with `reloader.follow_checkpoints_topic`, wakes up early on
-each `tracetrain.checkpoints` record. Downloads the version's artifacts under
-`home/reloader/versions/N`, loads them into the engine (LoRA adapter or full weights), checks
-the engine reports the new version, and writes `home/reloader/state.json` (serving version,
-reload latencies, broken versions; the same JSON on `/state`, beside `/metrics` and
-`/healthz`, when `tracetrain reloader` serves them on `reloader.metrics_port`). Never moves
-to a lower version than one it has loaded; a version that fails `max_attempts` times is
-marked broken and not tried again; MLflow or engine outages are retried on the next poll
-without blaming the version.
+each `tracetrain.checkpoints` record. Downloads the version's artifacts into a temporary
+folder beside `reloader.download_dir/N` (default `home/reloader/versions/N`) and renames it
+there once complete, so a transfer cut short is never loaded: it is fetched again. Loads the
+version into the engine (LoRA adapter or full weights; the embedded engine takes only folders
+under the download folder, with its load key, serving/access.py), checks the engine reports
+the new version, and writes `home/reloader/state.json` atomically (serving version, reload
+latencies, broken versions; the same JSON on `/state`, beside `/metrics` and `/healthz`, when
+`tracetrain reloader` serves them on `reloader.metrics_port`); a restarted reloader starts
+from it. Never moves to a lower version than one it has loaded; a version that fails to load
+`max_attempts` times is marked broken and not tried again; MLflow or engine outages, a failed
+download included, are retried on the next poll without blaming the version.
 """
 
 from __future__ import annotations
@@ -20,11 +23,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
+import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from serving.access import download_dir, load_key
 from serving.engine_client import EngineClient, EngineUnavailable
 from serving.errors import LoadError, ServingError
 from serving.service import engine_url
@@ -32,6 +38,7 @@ from tracetrain.observability import Metrics, StatusServer
 from tracetrain.settings import Settings
 
 log = logging.getLogger("tracetrain.reloader")
+LOADS_KEPT = 200  # state.json outlives the process: keep its history of loads bounded
 
 
 @dataclass
@@ -71,6 +78,16 @@ class ReloaderMetrics:
                                        "serves (0: none yet).")
         self.policy_version = m.gauge("policy", "version", "policy_version the engine serves.")
         self.broken = m.gauge("broken", "versions", "Versions marked broken (never retried).")
+        self.downloads = m.counter("downloaded", "versions", "Version downloads by outcome (ok, "
+                                   "failed: fetched again on the next poll).", ["outcome"])
+
+
+def _remove_dead_partials(downloads: Path) -> None:
+    """Temporary download folders whose reloader died mid-transfer (kill -9, power loss)."""
+    for stale in downloads.glob(".*.partial-*"):
+        pid = stale.name.split(".partial-")[1].split("-")[0]
+        if not (pid.isdigit() and Path(f"/proc/{pid}").exists()):
+            shutil.rmtree(stale, ignore_errors=True)
 
 
 def find_checkpoint(folder: Path) -> tuple[str, Path]:
@@ -93,12 +110,16 @@ class Reloader:
         from mlflow import MlflowClient
 
         self.mlflow = MlflowClient(tracking_uri=settings.mlflow.uri)
-        self.engine = client or EngineClient(engine_url(settings), settings.engine.backend,
-                                             settings.engine.served_name)
-        self.folder = folder or settings.home_dir / "reloader"  # state.json, downloads
+        self.engine = client or EngineClient(
+            engine_url(settings), settings.engine.backend, settings.engine.served_name,
+            load_key=load_key(settings) if settings.engine.backend == "embedded" else None)
+        self.folder = folder or settings.home_dir / "reloader"  # state.json
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.state = ReloaderState()
+        self.downloads = download_dir(settings)
+        self.downloads.mkdir(parents=True, exist_ok=True)
+        _remove_dead_partials(self.downloads)
         self.metrics = ReloaderMetrics()
+        self.state = self._restore()
         self._next_try: dict[int, float] = {}
         self._said: set[str] = set()
 
@@ -168,29 +189,24 @@ class Reloader:
             return False
 
     def _local(self, target: Target) -> str:
-        return str(self.folder / "versions" / str(target.version))
+        return str(self.downloads / str(target.version))
 
     def load(self, target: Target) -> bool:
         """Download `target` (once) and make the engine serve it; False if it failed."""
-        import mlflow.artifacts
-
         key, started = str(target.version), time.monotonic()
-        dst = Path(self._local(target))
         try:
-            if not dst.is_dir() or not any(dst.iterdir()):
-                dst.mkdir(parents=True, exist_ok=True)
-                mlflow.artifacts.download_artifacts(artifact_uri=target.source,
-                                                    dst_path=str(dst),
-                                                    tracking_uri=self.settings.mlflow.uri)
+            dst = self._download(target)
+        except ServingError as exc:
+            self.metrics.downloads.labels("failed").inc()
+            self._error(f"{exc}; not counted against the version, fetched again on the next "
+                        "poll")
+            return False
+        try:
             kind, folder = find_checkpoint(dst)
             load = self.engine.load_lora if kind == "lora" else self.engine.load_full
             load(str(folder), target.policy_version)
             self._verify(str(folder), target)
         except (LoadError, OSError) as exc:
-            return self._failed(target, exc)
-        except Exception as exc:  # mlflow raises many types on a bad source; all are a failure
-            if isinstance(exc, EngineUnavailable):
-                raise
             return self._failed(target, exc)
         seconds = time.monotonic() - started
         since_registry = (time.time() * 1000 - target.registered_ms) / 1000 \
@@ -202,6 +218,7 @@ class Reloader:
         self.state.loads.append({"version": target.version, "policy_version":
                                  target.policy_version, "kind": kind, "seconds": seconds,
                                  "since_alias_s": since_registry, "at": time.time()})
+        del self.state.loads[:-LOADS_KEPT]
         self.metrics.loads.labels("ok").inc()
         self.metrics.load_seconds.observe(seconds)
         self.metrics.serving_version.set(target.version)
@@ -210,6 +227,33 @@ class Reloader:
         log.info("engine now serves version %s (policy_version %d, %s) after %.2fs",
                  key, target.policy_version, kind, seconds)
         return True
+
+    def _download(self, target: Target) -> Path:
+        """The version's folder, downloaded whole: into a temporary folder first, renamed into
+        place only once the transfer completed (a cut one leaves nothing that looks done)."""
+        import mlflow.artifacts
+
+        dst = Path(self._local(target))
+        if dst.is_dir() and any(dst.iterdir()):
+            return dst
+        partial = Path(tempfile.mkdtemp(prefix=f".{target.version}.partial-{os.getpid()}-",
+                                        dir=self.downloads))
+        try:
+            mlflow.artifacts.download_artifacts(artifact_uri=target.source, dst_path=str(partial),
+                                                tracking_uri=self.settings.mlflow.uri)
+            try:
+                partial.rename(dst)  # over an empty folder too; atomic on one file system
+            except OSError:
+                if not (dst.is_dir() and any(dst.iterdir())):
+                    raise
+                # another reloader (an evaluation's) finished the same version first
+        except Exception as exc:  # mlflow raises many types for a transfer cut short
+            raise ServingError(f"download of version {target.version} from {target.source} "
+                               f"failed: {type(exc).__name__}: {exc}") from exc
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
+        self.metrics.downloads.labels("ok").inc()
+        return dst
 
     def _verify(self, path: str, target: Target) -> None:
         deadline = time.monotonic() + self.cfg.verify_timeout_s
@@ -289,7 +333,34 @@ class Reloader:
                             self.cfg.metrics_host, self.cfg.metrics_port)
 
     def _save(self) -> None:
-        (self.folder / "state.json").write_text(json.dumps(asdict(self.state), indent=1))
+        """state.json replaced whole: a crash leaves the old state or the new, never half."""
+        path = self.folder / "state.json"
+        fresh = path.with_name(f".state.json.{os.getpid()}")
+        fresh.write_text(json.dumps(asdict(self.state), indent=1))
+        os.replace(fresh, path)
+
+    def _restore(self) -> ReloaderState:
+        """The state a previous run saved: what it served, what is broken, attempts so far."""
+        path = self.folder / "state.json"
+        try:
+            saved = json.loads(path.read_text())
+            state = ReloaderState(**{f.name: saved[f.name] for f in fields(ReloaderState)
+                                     if f.name in saved})
+        except FileNotFoundError:
+            return ReloaderState()
+        except (ValueError, TypeError) as exc:
+            kept = path.with_name("state.json.unreadable")
+            os.replace(path, kept)
+            log.error("%s could not be read (%s); starting afresh, the file is kept as %s",
+                      path, exc, kept)
+            return ReloaderState()
+        if state.serving_version is not None:
+            self.metrics.serving_version.set(state.serving_version)
+            self.metrics.policy_version.set(state.policy_version or 0)
+        self.metrics.broken.set(len(state.broken))
+        log.info("restored %s: version %s served, broken %s", path, state.serving_version,
+                 sorted(state.broken) or "none")
+        return state
 
     def _once(self, message: str) -> None:
         if message not in self._said:

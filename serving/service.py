@@ -46,6 +46,7 @@ ENGINE = Service(
     health_path="/health",
     start_timeout_s=lambda s: s.engine.start_timeout_s,
     env=_engine_env,
+    port_setting="engine.port",
 )
 
 RELOADER = Service(
@@ -57,4 +58,5 @@ RELOADER = Service(
     listen=lambda s: status_address(s.reloader.metrics_host, s.reloader.metrics_port),
     health_path="/healthz",
     start_timeout_s=lambda s: 30.0,
+    port_setting="reloader.metrics_port",
 )

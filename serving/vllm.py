@@ -34,7 +34,7 @@ def vllm_argv(settings: Settings) -> list[str]:
         "--host", engine.host, "--port", str(engine.port),
         "--served-model-name", settings.base_model,
         "--max-model-len", str(engine.max_context),
-        "--max-num-seqs", str(max(engine.max_batch, 8)),
+        "--max-num-seqs", str(max(engine.slots, 8)),
         "--enable-lora", "--max-lora-rank", str(engine.max_lora_rank), "--max-loras", "2",
         "--logprobs-mode", "processed_logprobs",
         *engine.vllm_args,

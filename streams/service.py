@@ -21,4 +21,5 @@ STREAMS = Service(
     health_path="/healthz",
     start_timeout_s=lambda s: s.streams.start_timeout_s,
     restart=True,
+    port_setting="streams.web_port",
 )

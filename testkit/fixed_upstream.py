@@ -7,11 +7,15 @@ same completion with vLLM-style token ids and logprobs for every call.
 Behaviour: model "fail-503" gets a 503 error body; model "strict-model" refuses
 `return_token_ids` with a 400 (as OpenAI does); a chat request with `tools` and no tool
 result yet gets a call of its first tool with {"a": 2, "b": 3}; after a tool result it answers
-"The answer is <result>". Also `ServerThread`, to run any ASGI app on a port in a thread.
+"The answer is <result>". Model "slow-stream" streams its first chunk, then waits a minute
+before the rest (time for a test to kill the server or drop the client mid-stream); model
+"lone-surrogate" answers a text holding an unpaired UTF-16 surrogate (valid JSON, which no
+UTF-8 encoder takes). Also `ServerThread`, to run any ASGI app on a port in a thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import threading
@@ -19,7 +23,7 @@ import time
 
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 PROMPT_IDS = [1, 9906, 11, 1917, 2]
 POLICY_VERSION = 7
@@ -34,6 +38,8 @@ def _answer(body: dict) -> tuple[str, list | None]:
                      "function": {"name": name, "arguments": json.dumps({"a": 2, "b": 3})}}]
     if tool_results:
         return f"The answer is {tool_results[-1].get('content')}.", None
+    if body.get("model") == "lone-surrogate":
+        return "Broken emoji: \ud83d", None
     return "Hello from the fixed upstream.", None
 
 
@@ -87,7 +93,8 @@ def app() -> FastAPI:
                    "choices": [choice], "usage": usage}
             if with_ids:
                 out["prompt_token_ids"] = PROMPT_IDS
-            return JSONResponse(out, headers=headers)
+            # json.dumps escapes a lone surrogate as \\ud83d (JSONResponse would fail on it)
+            return Response(json.dumps(out), media_type="application/json", headers=headers)
 
         def events():
             obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
@@ -117,7 +124,14 @@ def app() -> FastAPI:
                 yield f"data: {json.dumps({**base, 'object': obj, 'choices': [], 'usage': usage})}\n\n"
             yield "data: [DONE]\n\n"
 
-        return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+        async def slowly():
+            for i, event in enumerate(events()):
+                yield event
+                if i == 0:
+                    await asyncio.sleep(60)
+
+        stream = slowly() if body.get("model") == "slow-stream" else events()
+        return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
 
     @api.post("/v1/chat/completions")
     async def chat(request: Request):

@@ -14,6 +14,22 @@ def metric_names(text: str) -> set[str]:
             if line and not line.startswith("#")}
 
 
+class Samples(dict):
+    """Sample values of a Prometheus page, looked up as page[name, {label: value}]."""
+
+    def __getitem__(self, key):
+        name, labels = key
+        return super().__getitem__((name, tuple(sorted(labels.items()))))
+
+
+def metric_samples(text: str) -> Samples:
+    """Every sample of a Prometheus text exposition, parsed by prometheus_client."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return Samples({(s.name, tuple(sorted(s.labels.items()))): s.value
+                    for family in text_string_to_metric_families(text) for s in family.samples})
+
+
 def check_metrics(base_url: str, *stages: str) -> set[str]:
     """GET `base_url`/metrics; assert it is Prometheus text whose every sample is named
     `tracetrain_<stage>_<what>_<unit>` with one of `stages` (the gateway's page also holds

@@ -36,3 +36,39 @@ def consume(bootstrap: str, topic: str, expected: int, timeout_s: float = 60.0,
     finally:
         consumer.close()
     return out
+
+
+def set_topic_config(bootstrap: str, topic: str, name: str, value: str) -> None:
+    """Change one setting of an existing topic on the broker (as an operator would); returns
+    once the broker describes the topic with it."""
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    entry = ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
+    client = AdminClient({"bootstrap.servers": bootstrap})
+    for future in client.incremental_alter_configs([resource]).values():
+        future.result(timeout=30)
+    # The controller has it; the broker answering describe_configs may lag a moment behind.
+    deadline = time.monotonic() + 30
+    while True:
+        [described] = client.describe_configs([ConfigResource(ConfigResource.Type.TOPIC,
+                                                              topic)]).values()
+        if described.result(timeout=30)[name].value == value:
+            return
+        assert time.monotonic() < deadline, f"{topic}: {name} still not {value} after 30 s"
+        time.sleep(0.2)
+
+
+def check_order(arrived: list[tuple[str, dict]], expected: list[str]) -> None:
+    """Spans arrived exactly once each, each under its rollout id, and in publish order per
+    rollout; `expected` is the `seq` attribute of every span that should have arrived."""
+    seqs = [span["attributes"]["seq"] for _key, span in arrived]
+    assert sorted(seqs) == sorted(expected), \
+        f"missing {sorted(set(expected) - set(seqs))[:10]}, extra {sorted(set(seqs) - set(expected))[:10]}"
+    position = {seq: i for i, seq in enumerate(expected)}
+    by_rollout: dict[str, list[int]] = {}
+    for key, span in arrived:
+        assert key == span["rollout_id"]
+        by_rollout.setdefault(key, []).append(position[span["attributes"]["seq"]])
+    for key, got in by_rollout.items():
+        assert got == sorted(got), f"rollout {key} out of order: {got[:20]}"

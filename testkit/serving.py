@@ -1,13 +1,18 @@
 """Helpers of the serving tests and bench.reload: engine settings on a free port, the engine's
-policy endpoint, real PEFT LoRA adapters of the default model and registering them in MLflow."""
+policy endpoint, loading an adapter as the reloader does, real PEFT LoRA adapters of the
+default model and registering them in MLflow."""
 
 from __future__ import annotations
 
+import shutil
+import uuid
 from pathlib import Path
 
 import httpx
 
 from infra import processes
+from serving.access import download_dir, load_key
+from serving.service import engine_url
 from tracetrain.settings import load_settings
 from tracetrain.settings.serving import EngineSettings
 
@@ -19,6 +24,16 @@ def engine_settings(home: Path, model_dir: Path, **engine):
 
 def policy_info(url: str) -> dict:
     return httpx.get(f"{url}/v1/policy", timeout=10).json()
+
+
+def load_adapter(settings, folder: Path, **body) -> httpx.Response:
+    """POST /v1/load_lora_adapter as the reloader does: `folder` copied under the download
+    folder, the load key sent."""
+    placed = download_dir(settings) / "by-test" / f"{folder.name}-{uuid.uuid4().hex[:6]}"
+    shutil.copytree(folder, placed)
+    return httpx.post(f"{engine_url(settings)}/v1/load_lora_adapter", timeout=120,
+                      headers={"authorization": f"Bearer {load_key(settings)}"},
+                      json={"lora_name": "policy", "lora_path": str(placed), **body})
 
 
 def make_adapters(model_dir: Path, out: Path, seeds: list[int], scale: float = 0.5) -> list[Path]:

@@ -37,6 +37,7 @@ FIXTURE_MARKERS: dict[str, tuple[str, ...]] = {
     "engine_proc": ("processes",),
     "engine_url": ("processes",),
     "reload_engine": ("processes",),
+    "one_slot_engine": ("processes",),
     "workers": ("processes",),
     "stack_home": ("integration", "mlflow", "processes"),
 }

@@ -16,6 +16,8 @@ LearnerMode = Literal["rl", "sft", "kto"]
 AdvantageMode = Literal["group", "batch", "baseline"]
 # learner: TRL's GRPO loss variant of the `rl` mode
 LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo"]
+# learner: how the `rl` loss weighs the calls of a micro-batch
+LossNormalisation = Literal["rollout", "call"]
 # learner: a transition more than max_staleness versions behind
 StalenessPolicy = Literal["drop", "downweight"]
 # streams: how a rollout's rewards become each call's return
@@ -28,6 +30,8 @@ OnOversize = Literal["dlq", "emit"]
 LatePolicy = Literal["dlq", "ignore"]
 # serving: the policy engine
 EngineBackend = Literal["embedded", "vllm"]
+# serving: the base weights the embedded engine's llama-server loads
+EngineWeights = Literal["f32", "q4_1"]
 # serving: the registered-model alias the reloader follows
 RegistryAlias = Literal["latest", "production"]
 
@@ -40,6 +44,7 @@ ON_TIMEOUT: tuple[str, ...] = get_args(OnTimeout)
 ON_OVERSIZE: tuple[str, ...] = get_args(OnOversize)
 LATE_POLICIES: tuple[str, ...] = get_args(LatePolicy)
 ENGINE_BACKENDS: tuple[str, ...] = get_args(EngineBackend)
+ENGINE_WEIGHTS: tuple[str, ...] = get_args(EngineWeights)
 REGISTRY_ALIASES: tuple[str, ...] = get_args(RegistryAlias)
 
 

@@ -18,7 +18,7 @@ from typing import Literal, NotRequired, TypedDict
 from tracetrain.modes import LearnerMode
 
 SpanKind = Literal["llm", "tool", "agent", "other"]
-SpanStatus = Literal["ok", "error", "unset"]
+SpanStatus = Literal["ok", "error", "unset", "cancelled"]
 
 
 class Resource(TypedDict):
@@ -108,6 +108,7 @@ class Transition(TypedDict):
     credited_return: float
     span_start_ns: NotRequired[int]
     emitted_ns: NotRequired[int]
+    sampling_temperature: NotRequired[float | None]
 
 
 class Checkpoint(TypedDict):

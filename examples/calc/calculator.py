@@ -2,13 +2,15 @@
 
 Never `eval`: an agent's tool call is untrusted text. Allowed are integer and decimal
 literals, + - * / // % and ** (small exponents), unary minus and parentheses. Anything else
-(names, calls, attributes, strings, huge powers) raises CalculatorError, which the agent sees
-as a failed tool call (and the AIR deriver as a malformed one).
+(names, calls, attributes, strings, huge powers, literals that overflow a float such as 1e999)
+raises CalculatorError, which the agent sees as a failed tool call (and the AIR deriver as a
+malformed one); no other exception leaves `evaluate`.
 """
 
 from __future__ import annotations
 
 import ast
+import math
 import operator
 from fractions import Fraction
 
@@ -43,12 +45,26 @@ def evaluate(expression: str) -> Fraction:
         tree = ast.parse(text, mode="eval")
     except SyntaxError as exc:
         raise CalculatorError(f"{expression!r} is not an arithmetic expression ({exc.msg})") from exc
-    return _eval(tree.body, expression)
+    try:
+        return _eval(tree.body, expression)
+    except CalculatorError:
+        raise
+    # The checks below should leave none of these; if one gets through, it is still a failed
+    # tool call for the agent, not a crash of its episode.
+    except (ArithmeticError, ValueError, RecursionError, MemoryError) as exc:
+        raise CalculatorError(f"{expression!r} cannot be evaluated: {exc}") from exc
 
 
 def _eval(node: ast.AST, source: str) -> Fraction:
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        return Fraction(str(node.value))
+        # 1e999 parses as float infinity: no number the tool can work with.
+        if isinstance(node.value, float) and not math.isfinite(node.value):
+            raise CalculatorError(f"a number in {source!r} overflows: expected numbers of at "
+                                  f"most {MAX_MAGNITUDE:.0e} in magnitude")
+        value = Fraction(str(node.value))
+        if abs(value) > MAX_MAGNITUDE:
+            raise CalculatorError(f"{source!r} exceeds {MAX_MAGNITUDE:.0e} in magnitude")
+        return value
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
         return _UNARY[type(node.op)](_eval(node.operand, source))
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:

@@ -90,9 +90,10 @@ def start(home: Path, kafka: KafkaSettings, brokers: int | None = None) -> list[
     if layout.is_file() and layout.read_text().strip() != str(brokers):
         raise InfraError(f"{root} was formatted for {layout.read_text().strip()} broker(s); "
                          f"remove it (`tracetrain down --wipe`) to start {brokers}")
-    for i in range(brokers):
-        processes.require_free("127.0.0.1", kafka.port + i, f"Kafka broker {i + 1}")
-        processes.require_free("127.0.0.1", kafka.controller_port + i, f"Kafka controller {i + 1}")
+    for i in range(brokers):  # broker i listens on port + i, its controller on controller_port + i
+        processes.require_free("127.0.0.1", kafka.port + i, f"Kafka broker {i + 1}", "kafka.port")
+        processes.require_free("127.0.0.1", kafka.controller_port + i, f"Kafka controller {i + 1}",
+                               "kafka.controller_port")
     cluster_file = root / "cluster-id"
     if not cluster_file.is_file():
         cluster_file.write_text(_random_cluster_id(java_bin, cp))
@@ -116,12 +117,19 @@ def start(home: Path, kafka: KafkaSettings, brokers: int | None = None) -> list[
                                        address=f"127.0.0.1:{kafka.port + i}"))
     layout.write_text(str(brokers))
     servers = bootstrap(kafka, brokers)
-    for record in started:
-        processes.wait_until(
-            lambda: _brokers_seen(servers) >= brokers, kafka.start_timeout_s,
-            f"Kafka ({record.name})", log=record.log,
-            alive=lambda r=record: processes.pid_alive(r.pid),
-        )
+    try:
+        for record in started:
+            processes.wait_until(
+                lambda: _brokers_seen(servers) >= brokers, kafka.start_timeout_s,
+                f"Kafka ({record.name})", log=record.log,
+                alive=lambda r=record: processes.pid_alive(r.pid),
+            )
+    except InfraError:
+        # Brokers that missed their start-up bound must not linger: the caller never learns
+        # of them, so nothing else would stop them.
+        for record in reversed(started):
+            processes.stop(home, record.name, timeout_s=30)
+        raise
     return started
 
 

@@ -8,28 +8,43 @@ OTLP/HTTP traces (`POST /v1/traces`). Forwards calls to `settings.gateway.upstre
 the embedded engine, any OpenAI-compatible server) asking for token ids and logprobs.
 Writes: one Span per call (errors included) and Rewards, through the publisher.
 Serves `/metrics` (Prometheus: the gateway's and its publisher's), `/healthz` and `/state`
-(JSON: calls per route and status, the publisher's records per outcome).
+(JSON: calls per route and status, the publisher's records per outcome, held spans).
+
+Keys: every call route needs `Authorization: Bearer <key>` with one of `gateway.api_keys`
+whenever the gateway binds a non-loopback address (`gateway.auth`); such a gateway without
+keys refuses to start. Once the upstream has answered, the agent gets the answer: a span the
+publisher refuses is held and published later (`producers/gateway/recording.py`). A stream
+that the upstream breaks off is recorded as an error span and ended with an error event; one
+whose client goes away is recorded with status `cancelled`.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import time
+from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 
+import anyio
 import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from producers.errors import RecordTooLarge
 from producers.gateway import capture
 from producers.gateway.guard import check_auth, read_json_body, validate_call
 from producers.gateway.ids import BadIdHeader, CallIds, call_ids
 from producers.gateway.otlp import add_otlp_routes
+from producers.gateway.recording import SpanRecorder
 from producers.gateway.rewards import add_reward_routes
 from producers.publisher import Publisher
-from producers.records import new_id, new_span
-from tracetrain.errors import BadRequest
+from producers.records import llm_part, new_id, new_span
+from tracetrain.errors import Backpressure, BadRequest, ConfigError
 from tracetrain.observability import CONTENT_TYPE, Metrics
 from tracetrain.settings import Settings
+
+log = logging.getLogger(__name__)
 
 # Hop-by-hop and length headers are recomputed by our server.
 _DROP = {"content-length", "transfer-encoding", "connection", "content-encoding", "keep-alive"}
@@ -55,15 +70,38 @@ class SizeLimit:
         return await self.app(scope, receive, send)
 
 
+class _Relay(StreamingResponse):
+    """A streamed answer whose generator is always closed and whose `on_close` always runs,
+    even when the client went away while the generator waited at a `yield` or before it ever
+    started (Starlette then cancels the send and leaves the generator as it was)."""
+
+    def __init__(self, content, on_close: Callable[[], Awaitable[None]], **kwargs):
+        super().__init__(content, **kwargs)
+        self.on_close = on_close
+
+    async def __call__(self, scope, receive, send):
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.body_iterator.aclose()
+                await self.on_close()
+
+
 def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAPI:
     gw = settings.gateway
+    problem = gw.auth_problem()  # also checked when settings load; settings built in code
+    if problem:                  # (model_copy) skip that check
+        raise ConfigError([problem])
     upstream = gw.upstream_url.rstrip("/")
-    keys = {k.get_secret_value() for k in gw.api_keys}
+    keys = [] if gw.auth == "off" else [k.get_secret_value().encode() for k in gw.api_keys]
     state: dict = {}
     metrics = Metrics("gateway")  # this app's own: two apps in one process never share counts
-    calls = metrics.counter("handled", "calls", "Calls by route and status class.",
-                            ["route", "status"])
+    calls = metrics.counter("handled", "calls", "Calls by route and status class (2xx, 4xx, "
+                            "5xx; broken: the upstream broke off a stream; cancelled: the "
+                            "client went away mid-stream).", ["route", "status"])
     latency = metrics.histogram("upstream_latency", "seconds", "Upstream latency.", ["route"])
+    recorder = state["recorder"] = SpanRecorder(metrics, gw.held_spans_max)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -72,8 +110,11 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
         headers = {"authorization": f"Bearer {gw.upstream_api_key.get_secret_value()}"} \
             if gw.upstream_api_key else {}
         state["http"] = httpx.AsyncClient(timeout=gw.upstream_timeout_s, headers=headers)
+        held_task = recorder.start(state["pub"])
         yield
+        held_task.cancel()
         await state["http"].aclose()
+        recorder.close()
         if publisher is None:
             state["pub"].close()
 
@@ -95,9 +136,28 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
         return JSONResponse({"error": {"message": str(exc), "type": "invalid_request_error"}},
                             status_code=400)
 
+    @app.exception_handler(RecordTooLarge)
+    async def _too_large(request: Request, exc: RecordTooLarge):
+        calls.labels(request.url.path.rsplit("/", 1)[-1], "4xx").inc()
+        return JSONResponse({"error": {"message": str(exc), "type": "invalid_request_error",
+                                       "limit_bytes": exc.limit}}, status_code=413)
+
+    @app.exception_handler(Backpressure)
+    async def _backpressure(request: Request, exc: Backpressure):
+        # The one 503 of every route: the spool or its disk is full, the publisher is busy, or
+        # `gateway.held_spans_max` spans wait for it. Nothing was recorded for this call.
+        calls.labels(request.url.path.rsplit("/", 1)[-1], "5xx").inc()
+        return JSONResponse({"error": {"message": str(exc), "type": "overloaded_error"}},
+                            status_code=503,
+                            headers={"Retry-After": str(max(1, math.ceil(exc.retry_after)))})
+
     @app.get("/healthz")
     async def healthz():
-        return {"ok": True, "pending": state["pub"].pending(), "counts": state["pub"].counts}
+        # 200 while the gateway answers; `ok`, `delivery` and `spool` say whether its spans
+        # reach Kafka and whether it has room for more; `held_spans` wait for the publisher.
+        pub = state["pub"]
+        return {**pub.health(), "pending": pub.pending(), "counts": pub.counts,
+                "held_spans": recorder.held}
 
     @app.get("/metrics")
     async def metrics_page():
@@ -113,7 +173,7 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
                         int(sample.value)
         return {"handled_calls": handled, "publisher": state["pub"].name,
                 "published_records": dict(state["pub"].counts),
-                "pending_records": state["pub"].pending(),
+                "pending_records": state["pub"].pending(), "held_spans": recorder.held,
                 "upstream_refuses_token_ids": bool(state.get("upstream_refuses_token_ids"))}
 
     async def models(request: Request, rollout_id: str | None = None):
@@ -139,8 +199,11 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
     async def _call(request: Request, kind: str, path: str, path_rollout: str | None):
         check_auth(request, keys)
         ids = call_ids(request.headers, path_rollout)
-        body = await read_json_body(request, gw.max_body_bytes)
+        recorder.check_room()  # before the upstream: its answer could not be recorded now
+        body = await read_json_body(request, gw.max_body_bytes, gw.max_json_depth)
         validate_call(kind, body)
+        # Refuse now (413, 503) what could not be recorded, not after the upstream worked.
+        state["pub"].admit(settings.topics.spans, capture.request_bytes(kind, body))
         ask = gw.request_token_ids and not state.get("upstream_refuses_token_ids")
         sent = capture.prepare_request(kind, body, ask)
         span_id, start = new_id(8), time.time_ns()
@@ -170,7 +233,7 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
             calls.labels(kind, f"{resp.status_code // 100}xx").inc()
             try:
                 parsed = resp.json() if resp.status_code < 400 else None
-            except ValueError:
+            except (ValueError, RecursionError):
                 parsed = None
             error = None if resp.status_code < 400 else resp.text[:2000]
             if resp.status_code < 400 and not isinstance(parsed, dict):
@@ -180,20 +243,57 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
             return Response(resp.content, status_code=resp.status_code, headers=headers)
 
         assembler = capture.StreamAssembler(kind)
+        outcome = ["cancelled"]  # until the upstream's stream ends ("ok") or breaks ("broken")
+        recorded: list[str] = []
+
+        def finish() -> None:
+            if not recorded:
+                recorded.append(outcome[0])
+                _stream_ended(ids, span_id, start, kind, body, assembler, policy_header,
+                              resp.status_code, outcome[0])
+
+        async def close() -> None:
+            finish()  # a relay that never started (the client left at once) records here
+            with anyio.CancelScope(shield=True):
+                await resp.aclose()
 
         async def relay():
             try:
-                async for chunk in resp.aiter_raw():
-                    assembler.feed(chunk)
-                    yield chunk
+                try:
+                    async for chunk in resp.aiter_raw():
+                        assembler.feed(chunk)
+                        yield chunk
+                    outcome[0] = "ok" if assembler.complete else "broken"
+                    if not assembler.complete:
+                        assembler.error = (f"upstream {upstream} ended the stream after "
+                                           f"{assembler.bytes} bytes without [DONE] or a finish "
+                                           "reason")
+                except httpx.HTTPError as exc:
+                    outcome[0] = "broken"
+                    assembler.error = (f"upstream {upstream} broke off the stream after "
+                                       f"{assembler.bytes} bytes: {exc!r}")
+                if outcome[0] == "broken":
+                    yield capture.error_event(assembler.error)
             finally:
-                await resp.aclose()
-                latency.labels(kind).observe((time.time_ns() - start) / 1e9)
-                calls.labels(kind, "2xx").inc()
-                _record(ids, span_id, start, kind, body, assembler.response(), policy_header,
-                        resp.status_code, assembler.error)
+                # Recorded before anything here awaits: when the client went away this task is
+                # cancelled, and an await would end the generator before the span is recorded.
+                finish()
+                await close()
 
-        return StreamingResponse(relay(), status_code=resp.status_code, headers=headers)
+        return _Relay(relay(), close, status_code=resp.status_code, headers=headers)
+
+    def _stream_ended(ids: CallIds, span_id: str, start: int, kind: str, body: dict,
+                      assembler: capture.StreamAssembler, policy_header: str | None,
+                      status: int, outcome: str) -> None:
+        latency.labels(kind).observe((time.time_ns() - start) / 1e9)
+        calls.labels(kind, "2xx" if outcome == "ok" else outcome).inc()
+        if outcome == "cancelled":
+            _record(ids, span_id, start, kind, body, assembler.response(), policy_header, status,
+                    "the client went away before the stream ended "
+                    f"(after {assembler.bytes} bytes)", span_status="cancelled")
+        else:
+            _record(ids, span_id, start, kind, body, assembler.response(), policy_header, status,
+                    assembler.error)
 
     async def _send(payload: dict, path: str, stream: bool) -> httpx.Response:
         req = state["http"].build_request("POST", upstream + path, json=payload)
@@ -205,9 +305,18 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
         return "return_token_ids" in text
 
     def _record(ids: CallIds, span_id: str, start: int, kind: str, body: dict,
-                resp: dict | None, policy_header: str | None, status: int,
-                error: str | None) -> None:
-        llm, attrs = capture.llm_from_response(kind, body, resp or {}, policy_header)
+                resp, policy_header: str | None, status: int, error: str | None,
+                span_status: str | None = None) -> None:
+        """Record the call's span; never raises (the agent gets the upstream's answer)."""
+        try:
+            llm, attrs = capture.llm_from_response(
+                kind, body, resp if isinstance(resp, dict) else {}, policy_header)
+        # An answer shaped unlike OpenAI's (usage a list, logprobs that are not numbers):
+        # the call is still recorded, as an error naming what could not be read.
+        except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
+            llm, attrs = llm_part(model=str(body.get("model") or "")), {}
+            error = error or f"the upstream's answer could not be read as a {kind} response: " \
+                             f"{exc!r}"
         attrs.update({"http.status_code": str(status), "gateway.endpoint": kind,
                       "stream": str(bool(body.get("stream"))).lower()})
         if ids.generated:
@@ -216,10 +325,10 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
             "llm", ids.rollout_id, trace_id=ids.trace_id, span_id=span_id,
             parent_id=ids.parent_id, attempt_id=ids.attempt_id, task_id=ids.task_id,
             agent_name=ids.agent_name, policy_name=ids.policy_name, start_time_ns=start,
-            end_time_ns=time.time_ns(), status="error" if error else "ok",
+            end_time_ns=time.time_ns(), status=span_status or ("error" if error else "ok"),
             error_message=error, service="tracetrain-gateway", attributes=attrs, llm=llm)
-        state["pub"].publish_span(span)
+        recorder.record(span)
 
-    add_reward_routes(app, state, keys, gw.max_body_bytes)
-    add_otlp_routes(app, state, keys, gw.max_body_bytes)
+    add_reward_routes(app, state, keys, gw.max_body_bytes, gw.max_json_depth)
+    add_otlp_routes(app, state, keys, gw.max_body_bytes, gw.max_json_depth)
     return app

@@ -5,7 +5,9 @@ Field names follow vLLM's OpenAI server: with `return_token_ids` a response carr
 logprobs are `choices[i].logprobs.content[j].logprob` (chat) or
 `choices[i].logprobs.token_logprobs` (completions). The policy version comes from a
 `policy_version` response field or the `X-Policy-Version` header. A stream is assembled chunk
-by chunk into the same shape as a non-streamed response, so one function records both.
+by chunk into the same shape as a non-streamed response, so one function records both; a
+stream is complete once it sent `[DONE]` or a finish reason, and an event that is not an
+OpenAI chunk is an error of the span, never an exception in the relay.
 """
 
 from __future__ import annotations
@@ -27,6 +29,19 @@ def prepare_request(kind: str, body: dict, ask_token_ids: bool) -> dict:
     else:
         out.setdefault("logprobs", 1)
     return out
+
+
+def _sent(kind: str, request: dict):
+    return request.get("messages", []) if kind == "chat" else request.get("prompt", "")
+
+
+def request_bytes(kind: str, request: dict) -> int:
+    """Bytes the span of a call holds of its request alone (messages or prompt, and tools, as
+    JSON): a lower bound of the span's size, known before the upstream is called."""
+    size = len(json.dumps(_sent(kind, request)))
+    if request.get("tools"):
+        size += len(json.dumps(request["tools"]))
+    return size
 
 
 def _policy_version(resp: dict, header: str | None) -> int | None:
@@ -58,10 +73,9 @@ def llm_from_response(kind: str, request: dict, resp: dict,
         text = message.get("content") or ""
         if message.get("tool_calls"):
             attrs["tool_calls"] = json.dumps(message["tool_calls"])
-        sent = request.get("messages", [])
     else:
         text = choice.get("text") or ""
-        sent = request.get("prompt", "")
+    sent = _sent(kind, request)
     if request.get("tools"):
         attrs["tools"] = json.dumps(request["tools"])
     if len(choices) > 1:
@@ -97,8 +111,16 @@ class StreamAssembler:
         self.tool_calls: dict[int, dict] = {}
         self.finish_reason: str | None = None
         self.error: str | None = None
+        self.done = False  # `data: [DONE]` seen
+        self.bytes = 0
+
+    @property
+    def complete(self) -> bool:
+        """The upstream said the stream is over ([DONE], or a finish reason)."""
+        return self.done or self.finish_reason is not None
 
     def feed(self, chunk: bytes) -> None:
+        self.bytes += len(chunk)
         self._buf += chunk
         *lines, self._buf = self._buf.split(b"\n")
         for line in lines:
@@ -107,13 +129,14 @@ class StreamAssembler:
                 continue
             data = line[5:].strip()
             if data == b"[DONE]":
+                self.done = True
                 continue
             try:
-                event = json.loads(data)
+                self._event(json.loads(data))
             except ValueError:
                 self.error = f"upstream sent a stream line that is not JSON: {data[:80]!r}"
-                continue
-            self._event(event)
+            except (TypeError, AttributeError, KeyError):
+                self.error = f"upstream sent an event that is not an OpenAI chunk: {data[:80]!r}"
 
     def _event(self, event: dict) -> None:
         if "error" in event:
@@ -155,3 +178,9 @@ class StreamAssembler:
             choice["text"] = "".join(self.text)
             choice["logprobs"] = {"token_logprobs": self.token_logprobs}
         return {**self.resp, "choices": [choice]}
+
+
+def error_event(message: str) -> bytes:
+    """An SSE event that ends a broken stream: OpenAI's clients raise an APIError on it."""
+    return b"data: " + json.dumps({"error": {"message": message, "type": "upstream_error",
+                                             "code": 502}}).encode() + b"\n\n"

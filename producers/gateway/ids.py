@@ -37,12 +37,28 @@ class CallIds:
     parent_id: str | None = None
 
 
-def _checked(name: str, value: str) -> str:
-    if not ID_PATTERN.match(value):
-        shown = value if len(value) <= 40 else value[:40] + "..."
+def _checked(name: str, value) -> str:
+    if not isinstance(value, str) or not ID_PATTERN.match(value):
+        shown = value if not isinstance(value, str) or len(value) <= 40 else value[:40] + "..."
         raise BadIdHeader(f"{name} {shown!r} is not a valid id: expected 1-128 characters of "
                           "[A-Za-z0-9._:@-], starting with a letter or digit")
     return value
+
+
+# The id fields of a Span that become Kafka keys, join keys or file names downstream; the
+# optional ones may be None (agent_name: empty).
+SPAN_IDS = ("rollout_id", "trace_id", "span_id")
+OPTIONAL_SPAN_IDS = ("parent_id", "attempt_id", "task_id", "policy_name", "agent_name")
+
+
+def check_span_ids(span: dict, where: str) -> None:
+    """BadIdHeader naming the first id of `span` that is not an id, as the headers are checked
+    (a 64 KB rollout id would otherwise reach the spool and Kafka)."""
+    for field in SPAN_IDS:
+        _checked(f"{where} {field}", span.get(field))
+    for field in OPTIONAL_SPAN_IDS:
+        if span.get(field) not in (None, ""):
+            _checked(f"{where} {field}", span[field])
 
 
 def call_ids(headers, path_rollout_id: str | None) -> CallIds:

@@ -1,9 +1,13 @@
 """The OTLP/HTTP trace receiver on the gateway: `POST /v1/traces`, protobuf or JSON.
 
-Any OTel SDK (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://gateway/v1/traces`) or an OTel
-Collector can export to it. Each span is mapped by `producers.otel.to_span` and published;
-the reply is an (empty) ExportTraceServiceResponse in the request's encoding. In OTLP/JSON,
-trace and span ids are hex strings and 64-bit integers may be strings (OTLP spec).
+Any OTel SDK (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://gateway/v1/traces`, with
+`OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%20<key>` when the gateway has keys) or an OTel
+Collector can export to it. Each span is mapped by `producers.otel.to_span`, its ids checked
+as the gateway checks id headers, and recorded; the reply is an ExportTraceServiceResponse in
+the request's encoding. Spans with a bad id (a rollout id of 64 KB, a task id that is a
+number) are rejected and counted in its `partial_success`, with the first reason; the others
+are published. A request whose every span is rejected is a 400. In OTLP/JSON, trace and span
+ids are hex strings and 64-bit integers may be strings (OTLP spec).
 """
 
 from __future__ import annotations
@@ -14,11 +18,13 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTracePartialSuccess,
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 
-from producers.gateway.guard import check_auth
+from producers.gateway.guard import check_auth, parse_json, read_body
+from producers.gateway.ids import BadIdHeader, check_span_ids
 from producers.otel import OtelSpan, to_span
 from tracetrain.errors import BadRequest
 
@@ -77,9 +83,8 @@ def _attrs(items) -> dict:
     return {kv["key"]: _json_value(kv.get("value", {})) for kv in items or []}
 
 
-def _from_json(body: bytes) -> list[OtelSpan]:
+def _from_json(req) -> list[OtelSpan]:
     try:
-        req = json.loads(body)
         out = []
         for rs in req.get("resourceSpans", []):
             res = _attrs((rs.get("resource") or {}).get("attributes"))
@@ -102,25 +107,53 @@ def _from_json(body: bytes) -> list[OtelSpan]:
                          "traceId/spanId)") from exc
 
 
-def add_otlp_routes(app: FastAPI, state: dict, keys: set[str], limit: int) -> None:
+def _checked_spans(otel_spans: list[OtelSpan]) -> tuple[list[dict], list[str]]:
+    """Our Spans of the request whose ids are ids, and the reasons for the others."""
+    spans, rejected = [], []
+    for o in otel_spans:
+        span = to_span(o)
+        try:
+            check_span_ids(span, f"span {o.span_id[:32]!r}:")
+        except BadIdHeader as exc:
+            rejected.append(str(exc))
+            continue
+        spans.append(span)
+    return spans, rejected
+
+
+def _reply(protobuf: bool, rejected: list[str]) -> Response:
+    message = f"{rejected[0]} ({len(rejected)} span(s) rejected)" if rejected else ""
+    if protobuf:
+        reply = ExportTraceServiceResponse()
+        if rejected:
+            reply.partial_success.CopyFrom(ExportTracePartialSuccess(
+                rejected_spans=len(rejected), error_message=message))
+        return Response(reply.SerializeToString(), media_type="application/x-protobuf")
+    body = {"partialSuccess": {"rejectedSpans": str(len(rejected)), "errorMessage": message}} \
+        if rejected else {}
+    return Response(json.dumps(body).encode(), media_type="application/json")
+
+
+def add_otlp_routes(app: FastAPI, state: dict, keys: list[bytes], limit: int,
+                    max_depth: int) -> None:
     @app.post("/v1/traces")
     async def traces(request: Request):
         check_auth(request, keys)
-        body = await request.body()
-        if len(body) > limit:
-            raise BadRequest(f"request body of {len(body)} bytes exceeds the limit of {limit}",
-                             status=413)
         ctype = request.headers.get("content-type", "").split(";")[0].strip()
-        if ctype == "application/x-protobuf":
-            spans = _from_protobuf(body)
-            reply = Response(ExportTraceServiceResponse().SerializeToString(),
-                             media_type="application/x-protobuf")
-        elif ctype == "application/json":
-            spans = _from_json(body)
-            reply = Response(b"{}", media_type="application/json")
-        else:
+        if ctype not in ("application/x-protobuf", "application/json"):
             raise BadRequest(f"content-type {ctype!r}: expected application/x-protobuf "
                              "or application/json (OTLP/HTTP)", status=415)
+        state["recorder"].check_room()
+        # No upstream to protect here: a spool or disk with no room at all is a 503 the
+        # exporter retries, not spans held in memory. (Each span is checked as it is published.)
+        pub = state["pub"]
+        pub.admit(pub.topics.spans, 0)
+        body = await read_body(request, limit)
+        protobuf = ctype == "application/x-protobuf"
+        otel_spans = _from_protobuf(body) if protobuf else _from_json(parse_json(body, max_depth))
+        spans, rejected = _checked_spans(otel_spans)
+        if rejected and not spans:
+            raise BadRequest(f"every span of the request was rejected: {rejected[0]}")
         for span in spans:
-            state["pub"].publish_span(to_span(span))
-        return reply
+            state["recorder"].record(span)
+        return _reply(protobuf, rejected)

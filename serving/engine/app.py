@@ -1,30 +1,47 @@
-"""The embedded engine's HTTP API (FastAPI): OpenAI-compatible routes plus vLLM's reload route.
+"""The embedded engine's HTTP API (FastAPI): OpenAI-compatible routes plus vLLM's reload route,
+served through llama-server (serving/engine/upstream.py) with continuous batching.
 
     tracetrain engine            # or: python -m serving.engine
+
+This layer owns what llama-server does not do the way the pipeline needs: the policy's own
+chat template and tokenizer (the prompt goes down as token ids), Hermes tool calls, vLLM's
+response fields (token ids, prompt token ids, logprobs), and `policy_version` on every answer.
 
 Routes: /health, /v1/models, /v1/policy, /v1/chat/completions, /v1/completions (both with
 `stream`), /v1/load_lora_adapter (vLLM's request shape), /v1/load_checkpoint (full weights);
 /metrics (Prometheus, serving/engine/metrics.py), /state (JSON) and /healthz as every process.
+What it refuses before any work (the load key and folder, more requests than slots x
+max_requests_per_slot, clients that left) is in serving/engine/guards.py; each request field is
+checked in serving/engine/requests.py, so llama-server never sees an invalid one.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from starlette.concurrency import run_in_threadpool
 
 from serving.engine import requests as shape
-from serving.engine.batcher import Batcher
-from serving.engine.decode import GenRequest, GenResult
+from serving.engine.generation import GenRequest, GenResult
+from serving.engine.guards import (
+    Admission,
+    ClientGone,
+    Gate,
+    Refused,
+    check_key,
+    error_response,
+    loadable,
+    unless_disconnected,
+)
 from serving.engine.metrics import CountCalls, EngineMetrics
 from serving.engine.policy import Policy
 from serving.engine.prompts import chat_prompt_ids, parse_tool_calls
+from serving.engine.upstream import UpstreamError, Upstreams
 from serving.errors import LoadError
 from tracetrain.errors import BadRequest
 from tracetrain.observability import CONTENT_TYPE
@@ -33,33 +50,55 @@ from tracetrain.settings.serving import EngineSettings
 HEADER = "X-Policy-Version"
 
 
-def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind, "param": None,
-                                   "code": status}}, status_code=status)
+_error = error_response
 
 
-def build_app(policy: Policy, settings: EngineSettings, base_name: str) -> FastAPI:
-    batcher = Batcher(policy, settings.max_batch, settings.batch_wait_s)
+async def _json(request: Request) -> dict:
+    try:
+        body = await request.json()
+    except ValueError as exc:
+        raise BadRequest(f"the body is not JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise BadRequest(f"the body is a JSON {type(body).__name__}; expected an object")
+    return body
+
+
+def build_app(policy: Policy, settings: EngineSettings, base_name: str, *, load_key: str,
+              key_source: str, downloads: Path) -> FastAPI:
+    """`load_key` guards the load routes (`key_source` says where it comes from, for the 401);
+    they load only from under `downloads`, the reloader's download folder."""
     app = FastAPI(title="tracetrain embedded engine")
-    app.state.batcher = batcher
     app.state.loads = []
-    metrics = app.state.metrics = EngineMetrics(policy, batcher)
-    app.add_middleware(CountCalls, metrics=metrics)
+    app.state.policy = policy
     context = min(settings.max_context, policy.context_length)
     tokenizer = policy.tokenizer
     names = {settings.served_name, base_name}
-
-    @app.on_event("startup")
-    async def _start() -> None:
-        batcher.start()
+    # The first llama-server starts before the port answers (see make_server).
+    upstreams = app.state.upstreams = Upstreams(policy.base_upstream(), settings.drain_timeout_s)
+    gate = app.state.gate = Gate(settings.slots * settings.max_requests_per_slot)
+    metrics = app.state.metrics = EngineMetrics(upstreams, gate)
+    app.add_middleware(Admission, gate=gate)
+    app.add_middleware(CountCalls, metrics=metrics)  # outermost: 429s are counted too
 
     @app.on_event("shutdown")
     async def _stop() -> None:
-        await run_in_threadpool(batcher.stop)
+        await upstreams.close()
 
     @app.exception_handler(BadRequest)
     async def _bad_request(_: Request, exc: BadRequest) -> JSONResponse:
         return _error(400, str(exc))
+
+    @app.exception_handler(Refused)
+    async def _refused(_: Request, exc: Refused) -> JSONResponse:
+        return _error(exc.status, str(exc), headers=exc.headers)
+
+    @app.exception_handler(ClientGone)
+    async def _gone(_: Request, exc: ClientGone) -> JSONResponse:
+        return _error(499, str(exc), "client_closed_request")  # nginx's code; nobody reads it
+
+    @app.exception_handler(UpstreamError)
+    async def _upstream_failed(_: Request, exc: UpstreamError) -> JSONResponse:
+        return _error(502, str(exc), "upstream_error")
 
     def _check_model(body: dict) -> str:
         model = body.get("model") or settings.served_name
@@ -68,7 +107,8 @@ def build_app(policy: Policy, settings: EngineSettings, base_name: str) -> FastA
         return model
 
     def _policy_info() -> dict:
-        return {"policy_version": policy.policy_version, "adapter_path": policy.adapter_path}
+        current = upstreams.current
+        return {"policy_version": current.policy_version, "adapter_path": current.path}
 
     @app.get("/health")
     async def health() -> dict:
@@ -88,47 +128,37 @@ def build_app(policy: Policy, settings: EngineSettings, base_name: str) -> FastA
 
     @app.get("/v1/policy")
     async def policy_info() -> dict:
-        return {**_policy_info(), "loads": app.state.loads[-20:], "batches": batcher.batches,
-                "largest_batch": max(batcher.batch_sizes, default=0)}
+        return {**_policy_info(), "loads": app.state.loads[-20:], "slots": settings.slots,
+                "weights": settings.weights, "requests": upstreams.requests,
+                "most_in_flight": upstreams.most_in_flight, "admitted": gate.admitted,
+                "admit_limit": gate.limit,
+                "draining": [u.policy_version for u in upstreams.retiring]}
 
     @app.get("/v1/models")
     async def models() -> dict:
         return {"object": "list", "data": [
             {"id": name, "object": "model", "created": 0, "owned_by": "tracetrain",
-             "root": policy.adapter_path or str(policy.model_dir), "max_model_len": context,
-             "policy_version": policy.policy_version} for name in sorted(names)]}
+             "root": upstreams.current.path or str(policy.model_dir), "max_model_len": context,
+             "policy_version": upstreams.current.policy_version} for name in sorted(names)]}
 
-    async def _run(req: GenRequest) -> GenResult:
-        result = await asyncio.wrap_future(batcher.submit(req))
+    async def _run(request: Request, req: GenRequest) -> GenResult:
+        result = await unless_disconnected(request, upstreams.generate(req))
         metrics.finished(req, result)
         return result
 
     def _stream(req: GenRequest, make_chunk, final_chunk) -> StreamingResponse:
-        loop = asyncio.get_running_loop()
-        events: asyncio.Queue = asyncio.Queue()
-        req.on_token = lambda tok, lp, tops: loop.call_soon_threadsafe(
-            events.put_nowait, ("token", tok, lp))
-        future = batcher.submit(req)
-        future.add_done_callback(lambda f: loop.call_soon_threadsafe(events.put_nowait, ("end",)))
-        holdback = max((len(s) for s in req.stop), default=1) - 1
-
         async def body():
-            ids: list[int] = []
-            sent = ""
-            while True:
-                event = await events.get()
-                if event[0] == "end":
-                    break
-                ids.append(event[1])
-                text = tokenizer.decode(ids, skip_special_tokens=True)
-                ready = text[: len(text) - holdback] if holdback else text
-                if len(ready) > len(sent) and not ready.endswith("\ufffd"):
-                    yield f"data: {json.dumps(make_chunk(ready[len(sent):], [event[1]]))}\n\n"
-                    sent = ready
-            result = future.result()
+            result = GenResult()
+            try:
+                async for text, ids, result in upstreams.stream(req):
+                    if (text or ids):
+                        yield f"data: {json.dumps(make_chunk(text, ids, result))}\n\n"
+            except UpstreamError as exc:
+                error = {"error": {"message": str(exc), "type": "upstream_error", "code": 502}}
+                yield f"data: {json.dumps(error)}\n\n"
+                return
             metrics.finished(req, result)
-            rest = result.text[len(sent):] if result.text.startswith(sent) else ""
-            yield f"data: {json.dumps(final_chunk(result, rest))}\n\n"
+            yield f"data: {json.dumps(final_chunk(result))}\n\n"
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(body(), media_type="text/event-stream",
@@ -136,7 +166,7 @@ def build_app(policy: Policy, settings: EngineSettings, base_name: str) -> FastA
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
-        body = await request.json()
+        body = await _json(request)
         model = _check_model(body)
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
@@ -149,20 +179,21 @@ def build_app(policy: Policy, settings: EngineSettings, base_name: str) -> FastA
         if body.get("stream") and not tools:
             cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
 
-            def chunk(delta: str, ids: list[int], finish=None, extra=None) -> dict:
+            def chunk(delta: str, ids: list[int], result: GenResult, finish=None,
+                      extra=None) -> dict:
                 return {"id": cid, "object": "chat.completion.chunk", "created": created,
-                        "model": model, "policy_version": req.policy_version,
+                        "model": model, "policy_version": result.policy_version,
                         "choices": [{"index": 0, "delta": {"role": "assistant", "content": delta},
                                      "finish_reason": finish, "token_ids": ids,
                                      "logprobs": None}], **(extra or {})}
 
-            def final(result: GenResult, rest: str) -> dict:
-                return chunk(rest, [], result.finish_reason,
+            def final(result: GenResult) -> dict:
+                return chunk("", [], result, result.finish_reason,
                              {"usage": shape.usage(prompt_ids, result),
                               "prompt_token_ids": prompt_ids})
 
             return _stream(req, chunk, final)
-        result = await _run(req)
+        result = await _run(request, req)
         message: dict[str, Any] = {"role": "assistant", "content": result.text}
         finish = result.finish_reason
         if tools and tool_choice != "none":
@@ -178,11 +209,11 @@ def build_app(policy: Policy, settings: EngineSettings, base_name: str) -> FastA
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
-        body = await request.json()
+        body = await _json(request)
         model = _check_model(body)
         prompt = body.get("prompt")
-        if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-            prompt_ids = list(prompt)
+        if isinstance(prompt, list) and prompt and not any(isinstance(t, str) for t in prompt):
+            prompt_ids = shape.prompt_token_ids(prompt, policy.vocab_size)
         elif isinstance(prompt, str):
             prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
         else:
@@ -192,50 +223,60 @@ def build_app(policy: Policy, settings: EngineSettings, base_name: str) -> FastA
         if body.get("stream"):
             cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
 
-            def chunk(text: str, ids: list[int], finish=None) -> dict:
+            def chunk(text: str, ids: list[int], result: GenResult, finish=None) -> dict:
                 return {"id": cid, "object": "text_completion", "created": created,
-                        "model": model, "policy_version": req.policy_version,
+                        "model": model, "policy_version": result.policy_version,
                         "choices": [{"index": 0, "text": text, "finish_reason": finish,
                                      "token_ids": ids, "logprobs": None}]}
 
-            return _stream(req, chunk, lambda res, rest: chunk(rest, [], res.finish_reason))
-        result = await _run(req)
+            return _stream(req, chunk, lambda res: chunk("", [], res, res.finish_reason))
+        result = await _run(request, req)
         payload = shape.completion_response(tokenizer, model, prompt_ids, result, want_logprobs)
         return JSONResponse(payload, headers={HEADER: str(result.policy_version)})
 
     async def _load(kind: str, name: str, path: str, version: int | None) -> JSONResponse:
+        if version is not None and not shape.is_int(version):
+            raise BadRequest(f"policy_version={version!r}; expected an integer")
         started = time.monotonic()
-        prepare = policy.prepare_lora if kind == "lora" else policy.prepare_full
+        old = upstreams.current.policy_version
+        version = policy.next_version(name, version, old)
+        make = policy.lora_upstream if kind == "lora" else policy.full_upstream
         try:
-            swap = await run_in_threadpool(prepare, name, path, version)
-            serving = await asyncio.wrap_future(batcher.submit_swap(swap))
+            new = await upstreams.swap(lambda: make(name, path, version))
         except LoadError as exc:
             app.state.loads.append({"path": path, "ok": False, "error": str(exc)})
             metrics.loads.labels(kind, "failed").inc()
             return _error(400, f"load of {name!r} failed; policy_version "
-                               f"{policy.policy_version} keeps serving: {exc}")
+                               f"{upstreams.current.policy_version} keeps serving: {exc}")
         seconds = time.monotonic() - started
-        app.state.loads.append({"path": path, "ok": True, "policy_version": serving,
+        app.state.loads.append({"path": path, "ok": True, "policy_version": new.policy_version,
                                 "seconds": seconds})
         metrics.loads.labels(kind, "ok").inc()
         metrics.load_seconds.observe(seconds)
-        return JSONResponse({"status": "ok", "lora_name": name, "policy_version": serving,
-                             "load_seconds": seconds}, headers={HEADER: str(serving)})
+        return JSONResponse({"status": "ok", "lora_name": name,
+                             "policy_version": new.policy_version, "load_seconds": seconds},
+                            headers={HEADER: str(new.policy_version)})
+
+    async def _load_body(request: Request, path_field: str, expected: str) -> tuple[dict, str]:
+        check_key(request, load_key, key_source)  # before the body: nothing is read for nobody
+        body = await _json(request)
+        if not isinstance(body.get(path_field), str) or not body[path_field]:
+            raise BadRequest(f"expected {expected}")
+        return body, loadable(body[path_field], downloads, path_field)
 
     @app.post("/v1/load_lora_adapter")
     async def load_lora(request: Request) -> JSONResponse:
-        body = await request.json()
-        if not body.get("lora_name") or not body.get("lora_path"):
+        body, path = await _load_body(request, "lora_path",
+                                      "{\"lora_name\": ..., \"lora_path\": ...}")
+        if not body.get("lora_name"):
             raise BadRequest("expected {\"lora_name\": ..., \"lora_path\": ...}")
-        return await _load("lora", body["lora_name"], body["lora_path"],
-                           body.get("policy_version"))
+        return await _load("lora", str(body["lora_name"]), path, body.get("policy_version"))
 
     @app.post("/v1/load_checkpoint")
     async def load_checkpoint(request: Request) -> JSONResponse:
-        body = await request.json()
-        if not body.get("path"):
-            raise BadRequest("expected {\"path\": <model dir>, \"policy_version\": <int>}")
-        return await _load("full", body.get("name") or body["path"], body["path"],
+        body, path = await _load_body(request, "path",
+                                      "{\"path\": <model dir>, \"policy_version\": <int>}")
+        return await _load("full", str(body.get("name") or path), path,
                            body.get("policy_version"))
 
     return app

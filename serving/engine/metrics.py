@@ -1,5 +1,6 @@
 """The embedded engine's Prometheus metrics (`GET /metrics` beside its API) and typed state
-(`GET /state`, the same JSON as /v1/policy plus the counts).
+(`GET /state`, the same JSON as /v1/policy plus the counts). llama-server's own metrics stay on
+its loopback port; these are the engine's, under the pipeline's naming scheme.
 
 Calls and their latency are counted by a pure ASGI wrapper (`CountCalls`), so every answer,
 errors from any handler included, is counted once without touching each route."""
@@ -10,9 +11,9 @@ import time
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from serving.engine.batcher import Batcher
-from serving.engine.decode import GenRequest, GenResult
-from serving.engine.policy import Policy
+from serving.engine.generation import GenRequest, GenResult
+from serving.engine.guards import Gate
+from serving.engine.upstream import Upstreams
 from tracetrain.observability import Metrics, metric_name, values
 
 # API path -> route label; other paths (/health, /metrics, /state) are not counted
@@ -22,7 +23,7 @@ ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completion",
 
 
 class EngineMetrics:
-    def __init__(self, policy: Policy, batcher: Batcher):
+    def __init__(self, upstreams: Upstreams, gate: Gate):
         m = self.metrics = Metrics("engine")
         self.calls = m.counter("handled", "calls", "API calls by route and status class.",
                                ["route", "status"])
@@ -35,38 +36,56 @@ class EngineMetrics:
                                "(lora, full) and outcome (ok, failed).", ["kind", "outcome"])
         self.load_seconds = m.histogram("load_duration", "seconds", "Successful loads.",
                                         buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60))
-        m.register(_BatcherCollector(policy, batcher))
-        self.policy, self.batcher = policy, batcher
+        m.register(_UpstreamCollector(upstreams, gate))
+        self.upstreams, self.gate = upstreams, gate
 
     def finished(self, req: GenRequest, result: GenResult) -> None:
         self.prompt_tokens.inc(len(req.prompt_ids))
         self.generated_tokens.inc(len(result.token_ids))
 
     def state(self) -> dict:
-        return {"policy_version": self.policy.policy_version,
-                "adapter_path": self.policy.adapter_path,
-                "decoded_batches": self.batcher.batches,
-                "largest_batch": max(self.batcher.batch_sizes, default=0),
+        current = self.upstreams.current
+        return {"policy_version": current.policy_version,
+                "adapter_path": current.path,
+                "in_flight": current.in_flight,
+                "most_in_flight": self.upstreams.most_in_flight,
+                "draining_versions": [u.policy_version for u in self.upstreams.retiring],
+                "admitted": self.gate.admitted, "admit_limit": self.gate.limit,
+                "refused_full": self.gate.refused,
                 "handled_calls": values(self.calls, "route"),
                 "prompt_tokens": int(values(self.prompt_tokens)),
                 "generated_tokens": int(values(self.generated_tokens)),
                 "checkpoint_loads": values(self.loads, "outcome")}
 
 
-class _BatcherCollector:
-    """Figures the batcher and policy already keep, read at scrape time."""
+class _UpstreamCollector:
+    """Figures the upstreams already keep, read at scrape time."""
 
-    def __init__(self, policy: Policy, batcher: Batcher):
-        self.policy, self.batcher = policy, batcher
+    def __init__(self, upstreams: Upstreams, gate: Gate):
+        self.upstreams, self.gate = upstreams, gate
 
     def collect(self):
-        yield CounterMetricFamily(metric_name("engine", "decoded", "batches"),
-                                  "Decode batches run.", value=self.batcher.batches)
-        yield GaugeMetricFamily(metric_name("engine", "largest_batch", "calls"),
-                                "Most requests decoded in one batch so far.",
-                                value=max(self.batcher.batch_sizes, default=0))
+        upstreams = self.upstreams
+        yield GaugeMetricFamily(metric_name("engine", "admitted", "calls"),
+                                "Generation requests inside the engine (waiting or running); "
+                                "at engine.slots x engine.max_requests_per_slot more get 429.",
+                                value=self.gate.admitted)
+        yield CounterMetricFamily(metric_name("engine", "refused_full", "calls"),
+                                  "Generation requests answered 429: the engine was full.",
+                                  value=self.gate.refused)
+        yield GaugeMetricFamily(metric_name("engine", "in_flight", "calls"),
+                                "Generations running in llama-server now (all versions).",
+                                value=sum(u.in_flight for u in [upstreams.current,
+                                                                *upstreams.retiring]))
+        yield GaugeMetricFamily(metric_name("engine", "most_in_flight", "calls"),
+                                "Most generations running at once so far (continuous batching).",
+                                value=upstreams.most_in_flight)
+        yield GaugeMetricFamily(metric_name("engine", "draining", "versions"),
+                                "Old versions' llama-servers finishing their requests.",
+                                value=len(upstreams.retiring))
         yield GaugeMetricFamily(metric_name("engine", "policy", "version"),
-                                "policy_version served now.", value=self.policy.policy_version)
+                                "policy_version served now.",
+                                value=upstreams.current.policy_version)
 
 
 class CountCalls:

@@ -7,22 +7,70 @@ plus `policy_version` (also sent as the `X-Policy-Version` header).
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from typing import Any
 
-from serving.engine.decode import GenRequest, GenResult
+from serving.engine.generation import GenRequest, GenResult
 from tracetrain.errors import BadRequest
+
+# OpenAI's bound on top_logprobs (and vLLM's default max_logprobs): each alternative is sent
+# back for every token, so an unbounded count makes one answer as large as the vocabulary.
+TOP_LOGPROBS_MAX = 20
+SEED_RANGE = (-(2**63), 2**64 - 1)  # 64 bits, signed (OpenAI) or not; llama.cpp wraps it
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int(body: dict, name: str, low: int, high: int, default: int | None) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not is_int(value) or not low <= value <= high:
+        raise BadRequest(f"{name}={value!r}; expected an integer from {low} to {high}")
+    return value
+
+
+def _real(body: dict, name: str, default: float, ok, expected: str) -> float:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, int | float) or isinstance(value, bool) \
+            or not math.isfinite(value) or not ok(value):
+        raise BadRequest(f"{name}={value!r}; expected a finite number {expected}")
+    return float(value)
+
+
+def _stop(body: dict) -> list[str]:
+    stop = body.get("stop")
+    if stop is None:
+        return []
+    stop = [stop] if isinstance(stop, str) else stop
+    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
+        raise BadRequest(f"stop={body['stop']!r}; expected a non-empty string or a list of them")
+    return stop
+
+
+def prompt_token_ids(prompt: list, vocab: int) -> list[int]:
+    """A prompt given as token ids: each must be a token of the model's vocabulary."""
+    for at, token in enumerate(prompt):
+        if not is_int(token) or not 0 <= token < vocab:
+            raise BadRequest(f"prompt[{at}]={token!r}; expected a token id from 0 to {vocab - 1}")
+    return list(prompt)
 
 
 def sampling(body: dict, prompt_ids: list[int], context: int, default_max: int) -> GenRequest:
+    """The request's generation fields, each checked here so that llama-server only ever sees
+    valid ones (a 400 naming the field, never a 500 or a 502)."""
     if body.get("n", 1) not in (1, None):
-        raise BadRequest(f"n={body['n']} is not supported; expected n=1")
-    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
-    if max_tokens is None:
-        max_tokens = max(1, min(default_max, context - len(prompt_ids)))
-    if not isinstance(max_tokens, int) or max_tokens < 1:
-        raise BadRequest(f"max_tokens={max_tokens!r}; expected a positive integer")
+        raise BadRequest(f"n={body['n']!r} is not supported; expected n=1")
+    name = "max_completion_tokens" if body.get("max_completion_tokens") is not None \
+        else "max_tokens"
+    room = context - len(prompt_ids)
+    max_tokens = _int(body, name, 1, 2**31 - 1, max(1, min(default_max, room)))
     if len(prompt_ids) + max_tokens > context:
         raise BadRequest(
             f"This model's maximum context length is {context} tokens. However, you requested "
@@ -30,20 +78,17 @@ def sampling(body: dict, prompt_ids: list[int], context: int, default_max: int) 
             f"{max_tokens} in the completion). Please reduce the length of the messages or "
             "completion."
         )
-    temperature = body.get("temperature")
-    temperature = 1.0 if temperature is None else float(temperature)
-    top_p = body.get("top_p")
-    top_p = 1.0 if top_p is None else float(top_p)
-    if temperature < 0 or not 0 < top_p <= 1:
-        raise BadRequest(f"temperature={temperature}, top_p={top_p}; expected temperature >= 0 "
-                         "and 0 < top_p <= 1")
-    stop = body.get("stop") or []
-    stop = [stop] if isinstance(stop, str) else list(stop)
-    top = body.get("top_logprobs") or 0
-    if isinstance(body.get("logprobs"), int) and not isinstance(body.get("logprobs"), bool):
-        top = body["logprobs"]  # /v1/completions: logprobs is the number of alternatives
+    temperature = _real(body, "temperature", 1.0, lambda t: t >= 0, ">= 0")
+    top_p = _real(body, "top_p", 1.0, lambda p: 0 < p <= 1, "in (0, 1]")
+    # /v1/completions: `logprobs` is the number of alternatives; in chat it is a flag
+    count = "logprobs" if is_int(body.get("logprobs")) else "top_logprobs"
+    top = _int(body, count, 0, TOP_LOGPROBS_MAX, 0)
+    ignore_eos = body.get("ignore_eos", False)
+    if not isinstance(ignore_eos, bool):
+        raise BadRequest(f"ignore_eos={ignore_eos!r}; expected true or false")
     return GenRequest(prompt_ids=prompt_ids, max_tokens=max_tokens, temperature=temperature,
-                      top_p=top_p, seed=body.get("seed"), stop=stop, top_logprobs=int(top))
+                      top_p=top_p, seed=_int(body, "seed", *SEED_RANGE, None), stop=_stop(body),
+                      top_logprobs=top, ignore_eos=ignore_eos)
 
 
 def _token_entry(tokenizer, token: int, logprob: float, tops: list) -> dict:

@@ -52,11 +52,14 @@ def _drain(settings, topic: str, rollout_id: str, want: int, name: str) -> list[
     return found
 
 
-@pytest.mark.parametrize("replies, reward, tool_ok", [
-    (["<tool>calc: 17*23", "ANSWER: 391"], 1.0, True),
-    (["<tool>calc: import os", "ANSWER: 5"], 0.0, False),
+@pytest.mark.parametrize("replies, reward, tool_ok, fed_back_says", [
+    (["<tool>calc: 17*23", "ANSWER: 391"], 1.0, True, "Result: 391"),
+    (["<tool>calc: import os", "ANSWER: 5"], 0.0, False, "is not an arithmetic expression"),
+    # an overflow is a failed tool call the policy is told about, not a crashed episode
+    (["<tool>calc: 1e999 * 2", "ANSWER: 5"], 0.0, False, "overflows"),
 ])
-def test_agent_uses_the_tool_and_is_rewarded(kafka_settings, tmp_path, replies, reward, tool_ok):
+def test_agent_uses_the_tool_and_is_rewarded(kafka_settings, tmp_path, replies, reward, tool_ok,
+                                             fed_back_says):
     seen: list[dict] = []
     port = processes.free_port()
     server = ServerThread(scripted_policy(replies, seen), port).start()
@@ -73,9 +76,9 @@ def test_agent_uses_the_tool_and_is_rewarded(kafka_settings, tmp_path, replies, 
     # The tool result went back to the policy as the next user turn.
     fed_back = seen[1]["messages"][-1]["content"]
     if tool_ok:
-        assert fed_back == "Result: 391"
+        assert fed_back == fed_back_says
     else:
-        assert fed_back.startswith("Error: ") and "is not an arithmetic expression" in fed_back
+        assert fed_back.startswith("Error: ") and fed_back_says in fed_back
     assert all(s["headers"]["x-rollout-id"] == episode.rollout_id for s in seen)
     assert seen[0]["headers"]["x-task-id"] == "t-17x23"
     spans = _drain(kafka_settings, kafka_settings.topics.spans, episode.rollout_id, 2, "Span")

@@ -32,6 +32,11 @@ def test_calculator_evaluates_arithmetic(expression, value):
     ("", "empty expression"),
     ("9" * 300, "at most 200"),
     ("10**12 * 10**12", "exceeds"),
+    # float literals beyond a double are infinity: an overflow, not a crash of the episode
+    ("1e999", r"a number in '1e999' overflows"),
+    ("-1e999 + 1", "overflows"),
+    ("1e400 / 1e400", "overflows"),
+    ("1e300", "exceeds"),
 ])
 def test_calculator_rejects_anything_but_arithmetic(expression, message):
     with pytest.raises(CalculatorError, match=message):

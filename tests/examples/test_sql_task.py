@@ -36,7 +36,7 @@ def test_row_order_does_not_matter(tmp_path):
 
 
 @pytest.mark.parametrize("sql, error", [
-    ("DROP TABLE customers", "readonly"),
+    ("DROP TABLE customers", "delete on sqlite_master is not allowed"),
     ("SELEC 1", "syntax error"),
     ("", "empty query"),
     ("SELECT 1; SELECT 2", "one statement"),
@@ -46,6 +46,50 @@ def test_bad_queries_are_errors_not_crashes(tmp_path, sql, error):
     result = execute(task.db, sql)
     assert not result.ok and error in result.error.lower()
     assert execute(task.db, task.gold_sql).ok  # the database is untouched
+
+
+@pytest.mark.parametrize("sql, refused", [
+    ("ATTACH DATABASE '{folder}/other.sqlite' AS other", "ATTACH of '{folder}/other.sqlite'"),
+    ("VACUUM INTO '{folder}/copy.sqlite'", "ATTACH of '{folder}/copy.sqlite'"),
+    ("PRAGMA database_list", "PRAGMA database_list"),
+    # a pragma's table-valued form: SQLite asks leave to update the schema table to set it up
+    ("SELECT * FROM pragma_table_info('customers')", "UPDATE on sqlite_master"),
+    ("INSERT INTO customers VALUES (99, 'Mallory', 'Oslo')", "INSERT on customers"),
+    ("UPDATE customers SET name = 'Mallory'", "UPDATE on customers"),
+    ("BEGIN", "BEGIN"),
+    ("SAVEPOINT s", "SAVEPOINT"),
+])
+def test_anything_but_reading_is_refused_by_the_authorizer(tmp_path, sql, refused):
+    """ATTACH and VACUUM INTO would create files outside the database; pragmas show paths and
+    settings. Each is refused before it runs, with a message naming it."""
+    task = generate(1, seed=1, folder=tmp_path / "db")[0]
+    result = execute(task.db, sql.format(folder=tmp_path))
+    assert not result.ok
+    assert result.error == (f"{refused.format(folder=tmp_path)} is not allowed: expected one "
+                            "read-only SELECT statement")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["db"]  # no file was created
+    assert execute(task.db, "SELECT COUNT(*) FROM customers").rows == [(6,)]
+
+
+@pytest.mark.parametrize("sql, error", [
+    # one value of 50 MB: SQLITE_LIMIT_LENGTH stops it inside SQLite
+    ("SELECT length(randomblob(50000000))", "string or blob too big"),
+    ("SELECT replace(hex(zeroblob(20000000)), '0', 'ab')", "string or blob too big"),
+    # 200 rows of 60 KB each: every value is allowed, the result as a whole is not
+    ("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 200) "
+     "SELECT randomblob(60000) FROM c", "result exceeds 1000000 bytes after 16 rows"),
+])
+def test_result_sizes_are_bounded(tmp_path, sql, error):
+    task = generate(1, seed=1, folder=tmp_path)[0]
+    result = execute(task.db, sql)
+    assert not result.ok and error in result.error
+
+
+def test_rows_are_capped(tmp_path):
+    task = generate(1, seed=1, folder=tmp_path)[0]
+    result = execute(task.db, "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c "
+                              "LIMIT 5000) SELECT x FROM c")
+    assert result.ok and len(result.rows) == 200
 
 
 def test_runaway_query_is_stopped(tmp_path):

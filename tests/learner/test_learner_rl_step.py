@@ -29,7 +29,6 @@ def test_rl_step_raises_good_and_lowers_bad_logprobs(tiny_model_dir, tmp_path):
         assert after[i] > before[i] + 0.05, (before, after)
         assert after[i + 2] < before[i + 2] - 0.05, (before, after)
     assert metrics["grad_norm"] > 0 and metrics["tokens"] > 0
-    assert 0.0 <= metrics["clip_fraction"] <= 1.0
 
 
 def _token_logps(policy, batch):

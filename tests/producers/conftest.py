@@ -34,19 +34,35 @@ def upstream():
 
 
 @pytest.fixture
-def gateway(kafka_settings, upstream, tmp_path):
-    """A real gateway (uvicorn, own port) in front of `upstream`, publishing to this test's
-    topics on the session broker. Yields (base url, settings, publisher)."""
+def make_gateway(kafka_settings, upstream, tmp_path):
+    """make_gateway(**gateway settings) -> (base url, settings, publisher): a real gateway
+    (uvicorn, own port) in front of `upstream` (or the `upstream_url` given), keys key-1 and
+    key-2, a 64 KiB body limit unless told otherwise, publishing to this test's topics on the
+    session broker. Each is stopped at the end."""
     from producers.gateway.app import create_app
     from producers.publisher import Publisher
     from testkit.fixed_upstream import ServerThread
 
-    gw = kafka_settings.gateway.model_copy(update={
-        "upstream_url": upstream.url + "/v1", "max_body_bytes": 64 * 1024,
-        "api_keys": [SecretStr("key-1"), SecretStr("key-2")]})
-    settings = kafka_settings.model_copy(update={"gateway": gw})
-    pub = Publisher(settings, name="gw-test", spool_dir=tmp_path / "spool")
-    server = ServerThread(create_app(settings, publisher=pub), processes.free_port()).start()
-    yield server.url, settings, pub
-    server.stop()
-    pub.close(10)
+    made = []
+
+    def make(**changes):
+        gw = kafka_settings.gateway.model_copy(update={
+            "upstream_url": upstream.url + "/v1", "max_body_bytes": 64 * 1024,
+            "api_keys": [SecretStr("key-1"), SecretStr("key-2")], **changes})
+        settings = kafka_settings.model_copy(update={"gateway": gw})
+        pub = Publisher(settings, name=f"gw-test-{len(made)}",
+                        spool_dir=tmp_path / f"spool-{len(made)}")
+        server = ServerThread(create_app(settings, publisher=pub), processes.free_port()).start()
+        made.append((server, pub))
+        return server.url, settings, pub
+
+    yield make
+    for server, pub in made:
+        server.stop()
+        pub.close(10)
+
+
+@pytest.fixture
+def gateway(make_gateway):
+    """The gateway of `make_gateway` with its defaults: (base url, settings, publisher)."""
+    return make_gateway()

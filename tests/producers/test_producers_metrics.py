@@ -22,9 +22,15 @@ def test_publishers_of_a_process_share_one_metrics_port(tmp_path, monkeypatch):
         one._count("spooled", 2)
         assert check_metrics(server.url, "publisher") == {
             "tracetrain_publisher_output_records_total",
-            "tracetrain_publisher_output_records_created"}
+            "tracetrain_publisher_output_records_created",
+            "tracetrain_publisher_quarantined_bytes_total",
+            "tracetrain_publisher_quarantined_bytes_created",
+            "tracetrain_publisher_delivery_state_value",
+            "tracetrain_publisher_spool_bytes", "tracetrain_publisher_spool_limit_bytes"}
         state = get_state(server.url)["publishers"]
         assert state["tracer"]["spooled"] == 2 and state["otel"]["sent"] == 0
+        assert state["tracer"]["delivery"]["state"] == "running"
+        assert state["tracer"]["spool"]["limit_bytes"] == 1024 * 1024 * 1024
         one.close(timeout_s=0.1)
         assert set(get_state(server.url)["publishers"]) == {"otel"}
     finally:

@@ -60,7 +60,7 @@ def test_tool_span_round_trip():
 def test_every_history_version_has_distinct_fingerprint():
     history = SchemaHistory()
     assert len(history.by_fingerprint) == sum(len(v) for v in history.versions.values())
-    assert history.current("Span").version == 2
+    assert history.current("Span").version == 3
 
 
 def test_message_from_older_writer_decodes_with_current_reader():
@@ -78,6 +78,21 @@ def test_message_from_older_writer_decodes_with_current_reader():
     assert decoded["policy_name"] is None
     assert decoded["rollout_id"] == record["rollout_id"]
     assert decoded["llm"]["prompt_token_ids"] == record["llm"]["prompt_token_ids"]
+
+
+def test_cancelled_status_resolves_to_unset_for_older_readers():
+    """v3 adds the status 'cancelled' (a client that went away mid-stream); a process still
+    reading with v2 gets the enum's default, 'unset', instead of failing on the record."""
+    codec = Codec()
+    record = span()
+    record["status"] = "cancelled"
+    data = codec.encode("Span", record)
+    assert codec.decode(data)["status"] == "cancelled"
+    from fastavro import schemaless_reader
+
+    v2, v3 = codec.history.version("Span", 2), codec.history.version("Span", 3)
+    assert data[:10] == v3.header
+    assert schemaless_reader(io.BytesIO(data[10:]), v3.parsed, v2.parsed)["status"] == "unset"
 
 
 def test_new_fields_always_have_defaults():
@@ -106,7 +121,7 @@ def test_apache_avro_reads_our_single_object_messages(name):
 
 def test_truncated_message():
     data = Codec().encode("Span", span())
-    with pytest.raises(CodecError, match="truncated: Span v2 body is cut short") as info:
+    with pytest.raises(CodecError, match="truncated: Span v3 body is cut short") as info:
         Codec().decode(data[: len(data) // 2])
     assert info.value.reason == "truncated"
     with pytest.raises(CodecError, match="header is 10"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -10,11 +11,19 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from infra import services
+from infra import processes, services
+from serving.access import download_dir
 from serving.reloader import Reloader
 from serving.service import ENGINE, engine_url
+from testkit.cutting_proxy import CuttingProxy
 from testkit.metrics import check_metrics, get_state
-from testkit.serving import engine_settings, make_adapters, policy_info, register_version
+from testkit.serving import (
+    engine_settings,
+    load_adapter,
+    make_adapters,
+    policy_info,
+    register_version,
+)
 from tracetrain.settings.infra import MlflowSettings
 from tracetrain.settings.serving import ReloaderSettings
 
@@ -126,3 +135,93 @@ def test_corrupt_version_keeps_old_serving_and_is_not_retried_forever(reload_eng
     after = ask(url)
     assert after["policy_version"] == old
     assert after["choices"][0]["token_ids"] == serving["choices"][0]["token_ids"]
+
+
+def test_a_restarted_reloader_remembers_what_it_serves_and_what_is_broken(reload_engine):
+    """state.json outlives the process: a new reloader neither retries the broken version the
+    alias still points at nor forgets the version it loaded."""
+    url = engine_url(reload_engine)
+    serving = ask(url)["policy_version"]
+    failed_loads = len([load for load in policy_info(url)["loads"] if not load["ok"]])
+    saved = json.loads((reload_engine.home_dir / "reloader" / "state.json").read_text())
+    assert saved["broken"], "runs after the corrupt-version test"
+    state = Reloader(reload_engine).run(max_seconds=2)
+    assert len([load for load in policy_info(url)["loads"] if not load["ok"]]) == failed_loads
+    assert state.broken == saved["broken"]
+    assert state.serving_version == serving and ask(url)["policy_version"] == serving
+
+
+def test_in_flight_stream_finishes_on_the_version_it_started_on(reload_engine, adapters):
+    """Blue/green: a stream that began before a swap ends on the old llama-server and says so;
+    the next request is served by the new one."""
+    url = engine_url(reload_engine)
+    old = ask(url)["policy_version"]
+    body = {"model": "policy", "stream": True, "max_tokens": 300, "temperature": 0,
+            "messages": [{"role": "user", "content": "Count from 1 to 300, separated by commas."}]}
+    versions, swapped_at, last_chunk_at = [], None, None
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=120) as stream:
+        for line in stream.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            versions.append(json.loads(line[len("data: "):])["policy_version"])
+            last_chunk_at = time.monotonic()
+            if swapped_at is None:
+                load = load_adapter(reload_engine, adapters[0], policy_version=old + 100)
+                assert load.status_code == 200, load.text
+                swapped_at = time.monotonic()
+    assert set(versions) == {old}
+    assert last_chunk_at > swapped_at, "the stream ended before the swap: nothing was tested"
+    assert ask(url)["policy_version"] == old + 100
+    assert policy_info(url)["draining"] == []  # the old server stopped once it was idle
+
+
+def test_a_version_llama_server_refuses_leaves_the_old_one_serving(reload_engine, adapters,
+                                                                   tmp_path):
+    """An adapter that converts but that llama-server will not load (its shapes do not fit the
+    model): the load is a 400 naming the failure and the serving version answers throughout."""
+    from safetensors.numpy import load_file, save_file
+
+    url = engine_url(reload_engine)
+    serving = ask(url)
+    misfit = tmp_path / "misfit"
+    misfit.mkdir()
+    (misfit / "adapter_config.json").write_bytes((adapters[0] / "adapter_config.json").read_bytes())
+    tensors = load_file(str(adapters[0] / "adapter_model.safetensors"))
+    save_file({key: (value[:, :100].copy() if "lora_A" in key else value)
+               for key, value in tensors.items()}, str(misfit / "adapter_model.safetensors"))
+    with ThreadPoolExecutor(4) as pool:
+        answers = [pool.submit(ask, url) for _ in range(8)]
+        load = load_adapter(reload_engine, misfit)
+        answers = [future.result() for future in answers]
+    assert load.status_code == 400
+    assert "keeps serving" in load.text and "did not start" in load.text
+    assert {a["policy_version"] for a in answers} == {serving["policy_version"]}
+    after = ask(url)
+    assert after["policy_version"] == serving["policy_version"]
+    assert after["choices"][0]["token_ids"] == serving["choices"][0]["token_ids"]
+
+
+@pytest.mark.faults
+def test_a_download_cut_short_is_fetched_again_never_loaded_or_blamed(reload_engine, adapters,
+                                                                      mlflow_server):
+    """MLflow stops half-way through the adapter's weights: nothing half-downloaded is loaded,
+    the version is not blamed, and the next poll fetches it whole and loads it."""
+    mlflow = reload_engine.mlflow
+    version = register_version(mlflow.uri, mlflow.registered_model, adapters[0])
+    with CuttingProxy(mlflow.uri, processes.free_port(),
+                      cut=lambda path: path.endswith(".safetensors")) as proxy:
+        through_proxy = reload_engine.model_copy(update={
+            "mlflow": mlflow.model_copy(update={"port": proxy.port})})
+        reloader = Reloader(through_proxy)
+        state = reloader.run(max_seconds=60, max_loads=1)
+    assert len(proxy.cut_paths) == 1, "the transfer was never cut: nothing was tested"
+    assert str(version) not in state.broken and str(version) not in state.attempts
+    assert state.serving_version == version
+    assert ask(engine_url(reload_engine))["policy_version"] == version
+    weights = (adapters[0] / "adapter_model.safetensors").read_bytes()
+    downloads = download_dir(reload_engine)
+    assert [p.read_bytes() for p in (downloads / str(version)).rglob("*.safetensors")] \
+        == [weights]
+    assert list(downloads.glob(".*partial*")) == []  # nothing half-done left behind
+    text = reloader.metrics.metrics.exposition()
+    assert 'tracetrain_reloader_downloaded_versions_total{outcome="failed"} 1.0' in text.decode()

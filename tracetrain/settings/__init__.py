@@ -94,6 +94,11 @@ def _env_name(loc: tuple[Any, ...]) -> str:
     return ENV_PREFIX + "__".join(str(part).upper() for part in loc)
 
 
+def env_name(setting: str) -> str:
+    """The variable of a setting's dotted path: 'gateway.port' -> TRACETRAIN_GATEWAY__PORT."""
+    return _env_name(tuple(setting.split(".")))
+
+
 def load_settings(**overrides: Any) -> Settings:
     """Build and validate the settings; every invalid value is reported at once."""
     try:

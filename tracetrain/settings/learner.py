@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from tracetrain.modes import AdvantageMode, LearnerMode, LossType, StalenessPolicy
+from tracetrain.modes import (
+    AdvantageMode,
+    LearnerMode,
+    LossNormalisation,
+    LossType,
+    StalenessPolicy,
+)
 
 
 class LearnerSettings(BaseModel):
@@ -30,7 +36,19 @@ class LearnerSettings(BaseModel):
     loss_type: LossType = Field(
         "grpo", description="TRL GRPO loss variant used by the `rl` mode."
     )
+    loss_normalisation: LossNormalisation = Field(
+        "rollout", description="`rl`: `rollout` weighs every rollout of a micro-batch the same "
+        "(LightningRL: a rollout of five calls does not count five times one of one call); "
+        "`call` weighs every call the same, then `loss_type` normalises per call or per token."
+    )
     epsilon: float = Field(0.2, gt=0, description="PPO-style clip range of the importance ratio.")
+    tis_cap: float | None = Field(
+        None, gt=1, description="`rl`: truncated importance sampling of the engine/learner "
+        "mismatch, rho = learner/behaviour per token truncated here (verl's rollout correction; "
+        "e.g. 2.0). Unset: off, as an f32 engine's logprobs match the learner's (ratio std "
+        "0.0025) and the correction costs one more forward per step; set it for quantised "
+        "weights (q4_1: mean |dlogp| 0.053, max 0.42)."
+    )
     beta: float = Field(0.0, ge=0, description="KL weight to the reference (adapter disabled).")
     max_grad_norm: float = Field(1.0, gt=0)
     max_length: int = Field(1024, ge=8, description="Prompt+response tokens kept (prompt cut left).")

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
+
+# librdkafka properties the publisher's promise rests on: not overridable through `librdkafka`.
+PROTECTED_LIBRDKAFKA = ("bootstrap.servers", "enable.idempotence", "acks", "message.timeout.ms",
+                        "message.max.bytes", "compression.type", "linger.ms", "batch.size",
+                        "queue.buffering.max.messages")
 
 
 class PublisherSettings(BaseModel):
@@ -19,20 +25,113 @@ class PublisherSettings(BaseModel):
         "intervals fsync whenever a busy broker lags that long, and cost throughput."
     )
     spool_segment_mb: int = Field(64, ge=1, description="Size at which a spool segment rolls.")
+    spool_max_mb: int = Field(
+        1024, ge=2, description="Most the spool holds of records not yet delivered (a broker "
+        "outage): past it, publish refuses (the gateway answers 503 with Retry-After) rather "
+        "than fill the disk. 1 GiB holds ~100 s of the publisher at full speed (bench.producer: "
+        "~10 MB/s of 1.4 KB spans), an hour of a gateway at 230 calls/s. At least two segments."
+    )
+    spool_full_retry_after_s: float = Field(
+        5.0, gt=0, description="Retry-After of a refusal for a full spool or disk: a delivery "
+        "frees a whole segment at a time, so sooner rarely helps."
+    )
+    message_max_bytes: int = Field(
+        1_000_000, ge=1000, description="librdkafka's message.max.bytes (its default): the "
+        "largest record handed to Kafka, lowered to fit each topic's max.message.bytes as read "
+        "from the broker. Larger records are refused up front (the gateway: 413) or, when "
+        "found later, moved to the spool's dead-letter file."
+    )
+    retry_backoff_ms: int = Field(
+        500, ge=1, description="First wait before the spool is sent again after a delivery "
+        "error (missing topic, producer failure); doubles up to retry_backoff_max_ms."
+    )
+    retry_backoff_max_ms: int = Field(30_000, ge=1)
+    librdkafka: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="Extra librdkafka producer properties (security, "
+        "tuning), applied over ours except the ones our delivery promise rests on."
+    )
     metrics_port: int | None = Field(
         None, ge=0, le=65535, description="Prometheus port for tracer/exporter processes."
     )
+
+    @field_validator("librdkafka")
+    @classmethod
+    def _not_protected(cls, value: dict) -> dict:
+        taken = sorted(set(value) & set(PROTECTED_LIBRDKAFKA))
+        if taken:
+            raise ValueError(f"{', '.join(taken)}: set by tracetrain (use the publisher's own "
+                             "settings where there is one); expected other librdkafka properties")
+        return value
+
+    @model_validator(mode="after")
+    def _spool_holds_two_segments(self) -> PublisherSettings:
+        if self.spool_max_mb < 2 * self.spool_segment_mb:
+            raise ValueError(f"spool_max_mb {self.spool_max_mb} must be at least twice "
+                             f"spool_segment_mb ({self.spool_segment_mb}): room is freed a "
+                             "whole segment at a time")
+        if self.retry_backoff_max_ms < self.retry_backoff_ms:
+            raise ValueError(f"retry_backoff_max_ms {self.retry_backoff_max_ms} must be at "
+                             f"least retry_backoff_ms ({self.retry_backoff_ms})")
+        return self
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address only this machine reaches (127.0.0.0/8, ::1, localhost); a name
+    or a wildcard (0.0.0.0, ::) is not."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class GatewaySettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     upstream_url: str = Field("http://127.0.0.1:8100/v1", description="OpenAI-compatible engine.")
-    api_keys: list[SecretStr] = Field(default_factory=list, description="Empty: no auth.")
+    api_keys: list[SecretStr] = Field(
+        default_factory=list, description="Bearer keys, one of which every call must carry "
+        "(`Authorization: Bearer <key>`): chat, completions, models, rewards, OTLP traces. As a "
+        "variable, a JSON list: TRACETRAIN_GATEWAY__API_KEYS='[\"key-1\", \"key-2\"]'.")
+    auth: Literal["auto", "on", "off"] = Field(
+        "auto", description="'auto': keys are required when `host` is not a loopback address "
+        "(anyone on the network could otherwise publish spans and rewards, i.e. train the "
+        "policy), so such a gateway without keys refuses to start; 'on': always required; "
+        "'off': never, even on the network (behind a proxy that authenticates).")
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Larger requests get 413.")
+    max_json_depth: int = Field(
+        64, ge=8, description="Deepest nesting of a JSON body (objects and arrays); deeper is a "
+        "400. Chat bodies nest a few levels, tool schemas a dozen; thousands would exhaust the "
+        "parser's recursion and every later reader's.")
+    held_spans_max: int = Field(
+        10_000, ge=1, description="Spans held in memory when the publisher refuses one after the "
+        "upstream answered (busy, spool full); at this many, new calls get 503 with Retry-After "
+        "until the held ones are published.")
     upstream_api_key: SecretStr | None = Field(None, description="Bearer key sent upstream.")
     upstream_timeout_s: float = Field(300.0, gt=0)
     request_token_ids: bool = Field(
         True, description="Ask upstream for return_token_ids and logprobs (vLLM, our engine)."
     )
     start_timeout_s: float = Field(60.0, gt=0, description="`up` waits this long for /healthz.")
+
+    def keys_required(self) -> bool:
+        return self.auth == "on" or (self.auth == "auto" and not is_loopback(self.host))
+
+    def auth_problem(self) -> str | None:
+        """Why these settings may not serve (keys required, none given), or None."""
+        if self.keys_required() and not self.api_keys:
+            why = "gateway.auth is 'on'" if self.auth == "on" else \
+                f"gateway.host {self.host!r} is not a loopback address"
+            return (f"{why}, so every call needs an API key, and gateway.api_keys is empty: set "
+                    "TRACETRAIN_GATEWAY__API_KEYS to a JSON list of keys, e.g. '[\"<key>\"]', "
+                    "or bind 127.0.0.1, or set TRACETRAIN_GATEWAY__AUTH=off to serve without "
+                    "keys on purpose")
+        return None
+
+    @model_validator(mode="after")
+    def _keys_when_exposed(self) -> GatewaySettings:
+        problem = self.auth_problem()
+        if problem:
+            raise ValueError(problem)
+        return self

@@ -2,27 +2,49 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pathlib import Path
 
-from tracetrain.modes import EngineBackend, RegistryAlias
+from pydantic import BaseModel, Field, SecretStr
+
+from tracetrain.modes import EngineBackend, EngineWeights, RegistryAlias
 
 
 class EngineSettings(BaseModel):
     backend: EngineBackend = Field(
-        "embedded", description="'embedded' (transformers + PEFT on CPU) or 'vllm' (GPU extra)."
+        "embedded", description="'embedded' (llama.cpp's llama-server on CPU) or 'vllm' (GPU)."
     )
     host: str = "127.0.0.1"
     port: int = Field(8100, ge=1, le=65535)
-    max_batch: int = Field(8, ge=1, description="Most waiting requests decoded in one batch.")
-    batch_wait_s: float = Field(
-        0.005, ge=0, description="How long the batcher waits for more requests to join a batch."
+    slots: int = Field(
+        8, ge=1, description="Sequences generated at once (llama-server --parallel; vLLM "
+        "--max-num-seqs at least this): continuous batching, each slot with max_context tokens."
+    )
+    weights: EngineWeights = Field(
+        "f32", description="Base weights llama-server serves: 'f32' (exactly the learner's "
+        "numbers: logprob gap ~0.002) or 'q4_1' (the default model's shipped file: faster at one "
+        "request, gap ~0.08). Figures: python -m bench.logprobs."
+    )
+    max_requests_per_slot: int = Field(
+        4, ge=1, description="Generation requests admitted per slot, running plus waiting; "
+        "beyond slots x this the engine answers 429 with Retry-After instead of queueing without "
+        "bound (4: a caller waits for a few generations at most)."
+    )
+    load_key: SecretStr | None = Field(
+        None, description="Bearer key /v1/load_lora_adapter and /v1/load_checkpoint require; "
+        "unset: a random key kept in <home>/engine/load_key (mode 0600), which a reloader with "
+        "the same home reads, so the load endpoints are never open."
+    )
+    drain_timeout_s: float = Field(
+        300.0, gt=0, description="After a swap, how long the old version may finish its requests."
     )
     max_context: int = Field(2048, ge=16, description="Prompt plus max_tokens may not exceed it.")
     default_max_tokens: int = Field(256, ge=1, description="max_tokens when a request omits it.")
     served_name: str = Field(
         "policy", description="Model name clients call; the base model's name is also accepted."
     )
-    threads: int | None = Field(None, ge=1, description="torch threads; unset keeps torch's.")
+    threads: int | None = Field(
+        None, ge=1, description="llama-server threads; unset: llama.cpp's choice (all cores)."
+    )
     start_timeout_s: float = Field(180.0, gt=0)
     # vLLM launcher only.
     max_lora_rank: int = Field(64, ge=1, description="vLLM --max-lora-rank.")
@@ -43,6 +65,10 @@ class ReloaderSettings(BaseModel):
     retry_s: float = Field(1.0, ge=0, description="First back-off between retries (doubles).")
     engine_url: str | None = Field(
         None, description="Engine base URL; unset means http://engine.host:engine.port."
+    )
+    download_dir: Path | None = Field(
+        None, description="Where versions are downloaded; the embedded engine loads only from "
+        "under it. Unset: <home>/reloader/versions."
     )
     verify_timeout_s: float = Field(30.0, gt=0, description="Wait for the engine to report it.")
     metrics_host: str = "127.0.0.1"

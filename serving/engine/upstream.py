@@ -1,0 +1,147 @@
+"""The llama-server behind the engine, and the blue/green swap that changes it without a gap.
+
+llama-server loads LoRA adapters only at start, so a new version is a new server: it starts
+beside the serving one on the base GGUF plus the version's adapter (or on a full checkpoint's
+GGUF), and once healthy it takes all new requests. The old server drains: requests already
+sent to it finish there and carry its policy_version; then it stops. A conversion or start
+that fails leaves the old server serving and raises LoadError. Swaps run one at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from serving.engine.generation import GenRequest, GenResult, completion_body
+from serving.errors import LoadError, ServingError
+from serving.llamacpp.server import LlamaServer, LlamaServerError
+
+log = logging.getLogger("tracetrain.engine")
+
+
+class UpstreamError(ServingError):
+    """llama-server failed a request (it answered an error or died mid-way)."""
+
+
+@dataclass
+class Upstream:
+    """One running llama-server and the version it serves."""
+
+    server: LlamaServer
+    policy_version: int
+    name: str
+    path: str | None  # the adapter or checkpoint folder it serves; None: the base model
+    files: list[Path] = field(default_factory=list)  # converted GGUFs, removed when it stops
+    in_flight: int = 0
+
+
+class Upstreams:
+    """The serving upstream, the retiring ones, and the requests between them."""
+
+    def __init__(self, first: Upstream, drain_timeout_s: float = 300.0):
+        self.current = first
+        self.retiring: list[Upstream] = []
+        self.drain_timeout_s = drain_timeout_s
+        self.most_in_flight = 0
+        self.requests = 0
+        self._swap_lock = asyncio.Lock()
+        # Each slot of llama-server takes one connection; keep enough open for all of them.
+        self._http = httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0),
+                                       limits=httpx.Limits(max_connections=256))
+
+    # ---- requests ---------------------------------------------------------------------------
+    def _take(self) -> Upstream:
+        upstream = self.current
+        upstream.in_flight += 1
+        self.requests += 1
+        self.most_in_flight = max(self.most_in_flight, upstream.in_flight)
+        return upstream
+
+    async def generate(self, req: GenRequest) -> GenResult:
+        upstream = self._take()
+        try:
+            response = await self._http.post(f"{upstream.server.url}/completion",
+                                             json=completion_body(req))
+            body = _checked(response, upstream)
+        except httpx.HTTPError as exc:
+            raise UpstreamError(f"llama-server (policy_version {upstream.policy_version}) "
+                                f"failed: {type(exc).__name__}: {exc}") from exc
+        finally:
+            upstream.in_flight -= 1
+        result = GenResult(policy_version=upstream.policy_version)
+        result.add(body, req.top_logprobs)
+        return result
+
+    async def stream(self, req: GenRequest) -> AsyncIterator[tuple[str, list[int], GenResult]]:
+        """Yields (new text, new token ids, the result so far) per chunk; the last chunk's
+        result is complete (finish_reason set)."""
+        upstream = self._take()
+        result = GenResult(policy_version=upstream.policy_version)
+        try:
+            async with self._http.stream("POST", f"{upstream.server.url}/completion",
+                                         json=completion_body(req, stream=True)) as response:
+                if response.status_code != 200:
+                    await response.aread()
+                    _checked(response, upstream)
+                async for line in response.aiter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    chunk = json.loads(line[len("data: "):])
+                    if "error" in chunk:
+                        raise UpstreamError(f"llama-server: {chunk['error']}")
+                    result.add(chunk, req.top_logprobs)
+                    yield chunk.get("content") or "", chunk.get("tokens") or [], result
+        except httpx.HTTPError as exc:
+            raise UpstreamError(f"llama-server (policy_version {upstream.policy_version}) "
+                                f"failed mid-stream: {type(exc).__name__}: {exc}") from exc
+        finally:
+            upstream.in_flight -= 1
+
+    # ---- swaps ------------------------------------------------------------------------------
+    async def swap(self, make: callable) -> Upstream:
+        """Start the upstream `make()` builds (in a thread: conversion and start block), make
+        it current, and retire the old one. `make` raises LoadError when the files are bad."""
+        async with self._swap_lock:
+            started = time.monotonic()
+            try:
+                new = await asyncio.to_thread(make)
+            except LlamaServerError as exc:
+                raise LoadError(f"the new llama-server did not start: {exc}") from exc
+            old, self.current = self.current, new
+            log.info("serving policy_version %d (%s) after %.2fs; policy_version %d drains",
+                     new.policy_version, new.name, time.monotonic() - started,
+                     old.policy_version)
+            self.retiring.append(old)
+            asyncio.get_running_loop().create_task(self._retire(old))
+            return new
+
+    async def _retire(self, old: Upstream) -> None:
+        deadline = time.monotonic() + self.drain_timeout_s
+        while old.in_flight > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if old.in_flight:
+            log.warning("policy_version %d still had %d requests after %.0fs; stopping it",
+                        old.policy_version, old.in_flight, self.drain_timeout_s)
+        await asyncio.to_thread(old.server.stop)
+        for path in old.files:
+            path.unlink(missing_ok=True)
+        self.retiring.remove(old)
+
+    async def close(self) -> None:
+        await self._http.aclose()
+        for upstream in [self.current, *self.retiring]:
+            await asyncio.to_thread(upstream.server.stop)
+
+
+def _checked(response: httpx.Response, upstream: Upstream) -> dict:
+    if response.status_code != 200:
+        raise UpstreamError(f"llama-server (policy_version {upstream.policy_version}) answered "
+                            f"{response.status_code}: {response.text[:300]}")
+    return response.json()

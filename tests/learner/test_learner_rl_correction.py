@@ -1,0 +1,88 @@
+"""Off-policy correction and per-rollout loss weighting of the `rl` step, against hand-computed
+values on a tiny real model (no Kafka)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from learner.policy_loss import response_logps
+from learner.trainer import PolicyTrainer
+from testkit.learner import learner_settings, make_transition
+from tracetrain.settings import load_settings
+
+
+def _policy(tiny_model_dir, tmp_path, **learner):
+    settings = learner_settings(load_settings(home=tmp_path), tiny_model_dir, **learner)
+    return PolicyTrainer(settings, tmp_path / "work")
+
+
+def _learner_logps(policy, batch):
+    inputs = policy.inputs(batch, [0.0] * len(batch), [1.0] * len(batch))
+    policy.model.train()
+    logps = response_logps(policy.trl, policy.model, inputs)
+    return [logps[i, : len(t["response_token_ids"])] for i, t in enumerate(batch)]
+
+
+def test_truncated_is_ratios_truncation_and_clip_fraction_match_hand_values(tiny_model_dir, tmp_path):
+    policy = _policy(tiny_model_dir, tmp_path, lr=1e-6, tis_cap=2.0, epsilon=0.2)
+    batch = [make_transition(i, response=[410 + i, 411, 2]) for i in range(4)]
+    # behaviour = learner - delta, so rho = exp(delta) per token.
+    deltas = [0.5, 1.0, -0.1, -0.5]
+    for t, lp, d in zip(batch, _learner_logps(policy, batch), deltas, strict=True):
+        t["behaviour_logprobs"] = (lp - d).tolist()
+    advantages = [1.0, -1.0, -1.0, -1.0]
+    metrics = policy.train_step(batch, advantages, [1.0] * 4)
+    rho = [math.exp(d) for d in deltas]
+    assert metrics["is_ratio_mean"] == pytest.approx(sum(rho) / 4, rel=1e-4)
+    assert metrics["is_ratio_max"] == pytest.approx(math.e, rel=1e-4)
+    # Only row 1 (rho = e > 2) is truncated: 3 of 12 tokens.
+    assert metrics["is_truncated_fraction"] == pytest.approx(0.25)
+    # PPO clip (eps 0.2): row 0 (rho 1.65 > 1.2, A > 0) and row 3 (rho 0.61 < 0.8, A < 0).
+    assert metrics["clip_fraction"] == pytest.approx(0.5)
+    # GRPO loss, per-sequence mean of -min(r*A*w, clip(r)*A*w), w = min(rho, 2) / rho:
+    # row 0: -1.2; row 1: A*w = -2/e, -min(-2, -1.2*2/e) = 2; row 2: 0.905; row 3: 0.8.
+    expected = (-1.2 + 2.0 + math.exp(-0.1) + 0.8) / 4
+    assert metrics["loss"] == pytest.approx(expected, rel=1e-4)
+
+
+def test_without_tis_cap_the_mismatch_is_not_truncated(tiny_model_dir, tmp_path):
+    policy = _policy(tiny_model_dir, tmp_path, lr=1e-6, epsilon=0.2)
+    batch = [make_transition(1, response=[411, 411, 2])]
+    (lp,) = _learner_logps(policy, batch)
+    batch[0]["behaviour_logprobs"] = (lp - 1.0).tolist()
+    metrics = policy.train_step(batch, [-1.0], [1.0])
+    assert "is_truncated_fraction" not in metrics
+    assert metrics["loss"] == pytest.approx(math.e, rel=1e-4)  # -min(-e, -1.2)
+
+
+def test_learner_scores_at_the_transitions_sampling_temperature(tiny_model_dir, tmp_path):
+    policy = _policy(tiny_model_dir, tmp_path)
+    hot = make_transition(0, response=[410, 411, 2])
+    hot["sampling_temperature"] = 0.5
+    plain = dict(hot, sampling_temperature=None)
+    (at_half,) = _learner_logps(policy, [hot])
+    (at_one,) = _learner_logps(policy, [plain])
+    # By hand: log_softmax(logits / 0.5) of the plain model's logits.
+    ids = torch.tensor([hot["prompt_token_ids"] + hot["response_token_ids"]])
+    with torch.no_grad():
+        logits = policy.model(input_ids=ids).logits[0, len(hot["prompt_token_ids"]) - 1: -1]
+    targets = torch.tensor(hot["response_token_ids"]).unsqueeze(1)
+    for temperature, got in ((0.5, at_half), (1.0, at_one)):
+        want = (logits / temperature).log_softmax(-1).gather(1, targets).squeeze(1)
+        assert torch.allclose(got, want, atol=1e-4), (temperature, got, want)
+    assert not torch.allclose(at_half, at_one, atol=1e-2)
+
+
+@pytest.mark.parametrize("normalisation, expected", [("rollout", 0.0), ("call", -0.5)])
+def test_loss_weighs_each_rollout_once(tiny_model_dir, tmp_path, normalisation, expected):
+    # Rollout A: three calls at advantage +1; rollout B: one call at -1. On-policy (ratio 1) the
+    # GRPO loss is the weighted mean of -A: per rollout (-1 + 1) / 2 = 0, per call -2 / 4.
+    policy = _policy(tiny_model_dir, tmp_path, loss_normalisation=normalisation)
+    batch = [make_transition(i) for i in range(4)]
+    for t, rollout in zip(batch, "AAAB", strict=True):
+        t["rollout_id"] = rollout
+    metrics = policy.train_step(batch, [1.0, 1.0, 1.0, -1.0], [1.0] * 4)
+    assert metrics["loss"] == pytest.approx(expected, abs=1e-5)

@@ -1,0 +1,124 @@
+"""llama.cpp under the engine: the build's CPU flags, the LoRA-to-GGUF conversion (checked
+against PEFT's own forward pass through a real llama-server), and what the conversion refuses."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from serving.errors import LoadError
+from serving.llamacpp import build, patches
+from serving.llamacpp.weights import lora_to_gguf
+
+SHAPE = {"arch": "llama", "n_blocks": 30, "n_head": 9, "n_head_kv": 3}
+
+
+def test_build_flags_name_their_instruction_sets_and_never_amx_or_native():
+    auto, portable = build.cpu_flags("auto"), build.cpu_flags("portable")
+    for flags in (auto, portable):
+        assert flags["GGML_NATIVE"] == "OFF"
+        assert {flags[k] for k in ("GGML_AMX_TILE", "GGML_AMX_INT8", "GGML_AMX_BF16")} == {"OFF"}
+    assert {v for k, v in portable.items() if k.startswith("GGML_AVX")} == {"OFF"}
+    cpuinfo = open("/proc/cpuinfo").read()
+    assert (auto["GGML_AVX2"] == "ON") == (" avx2" in cpuinfo)
+    assert build.build_key(auto) != build.build_key(portable)
+    with pytest.raises(build.BuildError, match="'native'"):
+        build.cpu_flags("native")
+
+
+
+def test_source_patches_apply_once_and_refuse_a_source_without_their_text(tmp_path):
+    server = tmp_path / "tools" / "server"
+    server.mkdir(parents=True)
+    patched = build.source_dir() / patches.PATCHES[0].path
+    (server / "server-context.cpp").write_text(
+        "// before\n" + patches.PATCHES[0].old + "// after\n")
+    patches.apply(tmp_path)
+    once = (server / "server-context.cpp").read_text()
+    assert patches.PATCHES[0].new in once and patches.PATCHES[0].old not in once
+    patches.apply(tmp_path)
+    assert (server / "server-context.cpp").read_text() == once
+    assert patches.PATCHES[0].new in patched.read_text()  # the built tree carries it
+    (server / "server-context.cpp").write_text("// a newer llama.cpp\n")
+    with pytest.raises(patches.PatchError, match="exactly once"):
+        patches.apply(tmp_path)
+
+
+def _adapter(folder, config: dict, tensors: dict | None = None, raw: bytes | None = None):
+    from safetensors.numpy import save_file
+
+    folder.mkdir()
+    (folder / "adapter_config.json").write_text(json.dumps(config))
+    if raw is not None:
+        (folder / "adapter_model.safetensors").write_bytes(raw)
+    else:
+        save_file(tensors, str(folder / "adapter_model.safetensors"))
+    return folder
+
+
+def test_conversion_refuses_what_llama_cpp_cannot_serve(tmp_path):
+    lora = {"base_model.model.model.layers.0.self_attn.v_proj.lora_A.weight":
+            np.zeros((8, 576), np.float32),
+            "base_model.model.model.layers.0.self_attn.v_proj.lora_B.weight":
+            np.zeros((192, 8), np.float32)}
+    cases = {
+        "prefix": ({"peft_type": "PREFIX_TUNING"}, lora, None, "expected 'LORA'"),
+        "dora": ({"peft_type": "LORA", "use_dora": True, "r": 8}, lora, None, "DoRA"),
+        "corrupt": ({"peft_type": "LORA", "r": 8}, None, b"\x10\x00not safetensors",
+                    "cannot read"),
+        "unknown": ({"peft_type": "LORA", "r": 8},
+                    {"base_model.model.model.vision.proj.lora_A.weight":
+                     np.zeros((8, 4), np.float32)}, None, "no llama.cpp tensor name"),
+    }
+    for name, (config, tensors, raw, message) in cases.items():
+        folder = _adapter(tmp_path / name, config, tensors, raw)
+        target = tmp_path / f"{name}.gguf"
+        with pytest.raises(LoadError, match=message):
+            lora_to_gguf(folder, target, **SHAPE)
+        assert not target.exists() and not list(tmp_path.glob(f"{name}.gguf*"))
+    with pytest.raises(LoadError, match="not a PEFT adapter folder"):
+        lora_to_gguf(tmp_path, tmp_path / "none.gguf", **SHAPE)
+
+
+def test_served_adapter_gives_the_logprobs_peft_computes(base_model_dir, tmp_path):
+    """q_proj's LoRA B must be permuted exactly as llama.cpp permutes q weights: a wrong row
+    order still loads and generates, but with logprobs far from PEFT's."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from serving.llamacpp.server import LlamaServer
+    from serving.llamacpp.weights import base_gguf
+    from testkit.serving import make_adapters
+
+    adapter = make_adapters(base_model_dir, tmp_path, seeds=[5], scale=0.3)[0]
+    gguf = lora_to_gguf(adapter, tmp_path / "adapter.gguf", **SHAPE)
+    tokenizer = AutoTokenizer.from_pretrained(base_model_dir)
+    base = AutoModelForCausalLM.from_pretrained(base_model_dir).eval()
+    model = PeftModel.from_pretrained(base, str(adapter)).eval()
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "Name a fruit."}],
+                                           add_generation_prompt=True, return_dict=True)
+    prompt = list(prompt["input_ids"])
+    body = {"prompt": prompt, "n_predict": 12, "temperature": 0, "n_probs": 1,
+            "return_tokens": True}
+    with LlamaServer(build.find_server(), base_gguf(base_model_dir, "f32"), lora=gguf,
+                     slots=1, context=512) as server:
+        answer = server.complete(body)
+    tokens = answer["tokens"]
+    served = [p["logprob"] for p in answer["completion_probabilities"]]
+    with torch.inference_mode():
+        logits = model(input_ids=torch.tensor([prompt + tokens])).logits[0].float()
+        with model.disable_adapter():
+            plain = model(input_ids=torch.tensor([prompt + tokens])).logits[0].float()
+    # PEFT's own greedy choice at every step is what llama-server chose
+    assert logits[len(prompt) - 1:-1].argmax(-1).tolist() == tokens
+    logprobs = torch.log_softmax(logits[len(prompt) - 1:-1], -1)
+    expected = logprobs.gather(1, torch.tensor(tokens)[:, None])[:, 0].tolist()
+    gaps = [abs(a - b) for a, b in zip(served, expected, strict=True)]
+    assert max(gaps) < 0.03, gaps
+    # ... and the adapter matters: without it these tokens score differently
+    without = torch.log_softmax(plain[len(prompt) - 1:-1], -1).gather(
+        1, torch.tensor(tokens)[:, None])[:, 0].tolist()
+    assert max(abs(a - b) for a, b in zip(without, expected, strict=True)) > 0.3
