@@ -26,6 +26,7 @@ import os
 import statistics
 import subprocess
 import threading
+import time
 
 import httpx
 import torch
@@ -57,8 +58,6 @@ def ours_completion(url: str):
 
 def transformers_throughput(model_dir, prompts: list[list[int]], concurrency: int) -> float:
     """Bare `generate`, `concurrency` prompts per batch (equal lengths: no padding)."""
-    import time
-
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()

@@ -29,17 +29,10 @@ from serving.engine.generation import GenRequest, completion_body
 from serving.llamacpp.build import find_server
 from serving.llamacpp.server import LlamaServer
 from serving.llamacpp.weights import base_gguf
+from testkit.serving import token_logprobs
 from tracetrain.base_model import resolve_base_model
 from tracetrain.modes import ENGINE_WEIGHTS
 from tracetrain.settings import load_settings
-
-
-def learner_logprobs(model, prompt: list[int], tokens: list[int]) -> list[float]:
-    ids = torch.tensor([prompt + tokens])
-    with torch.inference_mode():
-        logits = model(input_ids=ids).logits[0].float()
-    logprobs = torch.log_softmax(logits[len(prompt) - 1:-1], dim=-1)
-    return logprobs.gather(1, torch.tensor(tokens)[:, None])[:, 0].tolist()
 
 
 def main() -> None:
@@ -68,7 +61,7 @@ def main() -> None:
                 tokens = reply["tokens"]
                 served = [float(p["logprob"]) for p in reply["completion_probabilities"]]
                 assert len(served) == len(tokens), "logprobs do not line up with tokens"
-                for engine_lp, learner_lp in zip(served, learner_logprobs(model, prompt, tokens),
+                for engine_lp, learner_lp in zip(served, token_logprobs(model, prompt, tokens),
                                                  strict=True):
                     gaps.append(abs(engine_lp - learner_lp))
                     ratios.append(math.exp(learner_lp - engine_lp))

@@ -50,9 +50,6 @@ from tracetrain.settings.serving import EngineSettings
 HEADER = "X-Policy-Version"
 
 
-_error = error_response
-
-
 async def _json(request: Request) -> dict:
     try:
         body = await request.json()
@@ -86,19 +83,19 @@ def build_app(policy: Policy, settings: EngineSettings, base_name: str, *, load_
 
     @app.exception_handler(BadRequest)
     async def _bad_request(_: Request, exc: BadRequest) -> JSONResponse:
-        return _error(400, str(exc))
+        return error_response(400, str(exc))
 
     @app.exception_handler(Refused)
     async def _refused(_: Request, exc: Refused) -> JSONResponse:
-        return _error(exc.status, str(exc), headers=exc.headers)
+        return error_response(exc.status, str(exc), headers=exc.headers)
 
     @app.exception_handler(ClientGone)
     async def _gone(_: Request, exc: ClientGone) -> JSONResponse:
-        return _error(499, str(exc), "client_closed_request")  # nginx's code; nobody reads it
+        return error_response(499, str(exc), "client_closed_request")  # nginx's code; nobody reads it
 
     @app.exception_handler(UpstreamError)
     async def _upstream_failed(_: Request, exc: UpstreamError) -> JSONResponse:
-        return _error(502, str(exc), "upstream_error")
+        return error_response(502, str(exc), "upstream_error")
 
     def _check_model(body: dict) -> str:
         model = body.get("model") or settings.served_name
@@ -246,7 +243,7 @@ def build_app(policy: Policy, settings: EngineSettings, base_name: str, *, load_
         except LoadError as exc:
             app.state.loads.append({"path": path, "ok": False, "error": str(exc)})
             metrics.loads.labels(kind, "failed").inc()
-            return _error(400, f"load of {name!r} failed; policy_version "
+            return error_response(400, f"load of {name!r} failed; policy_version "
                                f"{upstreams.current.policy_version} keeps serving: {exc}")
         seconds = time.monotonic() - started
         app.state.loads.append({"path": path, "ok": True, "policy_version": new.policy_version,

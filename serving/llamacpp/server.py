@@ -11,7 +11,6 @@ from __future__ import annotations
 import ctypes
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
@@ -115,12 +114,3 @@ class LlamaServer:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-
-def wait_idle(count, timeout_s: float) -> bool:
-    """Poll `count()` until it is 0 (in-flight requests drained); False on time-out."""
-    deadline = time.monotonic() + timeout_s
-    while count() > 0:
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True

@@ -9,10 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import openai
 import pytest
-import torch
 
 from testkit.metrics import check_metrics, get_state
-from testkit.serving import policy_info
+from testkit.serving import policy_info, token_logprobs
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 # llama.cpp's f32 kernels against torch's on the same f32 weights: measured mean 0.0015, max
@@ -32,12 +31,7 @@ def client(engine_url):
 
 
 def forward_logprobs(reference, prompt_ids, token_ids):
-    model, _ = reference
-    ids = torch.tensor([prompt_ids + token_ids])
-    with torch.inference_mode():
-        logits = model(input_ids=ids).logits[0].float()
-    logprobs = torch.log_softmax(logits[len(prompt_ids) - 1:-1], dim=-1)
-    return logprobs.gather(1, torch.tensor(token_ids)[:, None])[:, 0].tolist()
+    return token_logprobs(reference[0], prompt_ids, token_ids)
 
 
 def test_chat_returns_text_token_ids_and_logprobs_of_a_forward_pass(client, reference):
