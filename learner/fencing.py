@@ -34,8 +34,19 @@ FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRO
 LONGEST_WAIT_S = 30.0
 
 
+# The consumer's group membership is not current (it lapsed in a broker outage, or a rebalance
+# is under way): the broker takes no offsets from it until it polls again, which it does not
+# do while it waits here.
+_NOT_A_MEMBER = {KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION,
+                 KafkaError.REBALANCE_IN_PROGRESS, KafkaError.FENCED_INSTANCE_ID}
+
+
 class _Abort(Exception):
     """The transaction must be aborted (librdkafka's txn_requires_abort)."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code
 
 
 class Fence:
@@ -62,12 +73,19 @@ class Fence:
             self._call(self.producer.begin_transaction, "begin_transaction")
             try:
                 if parts:
-                    self._call(lambda: self.producer.send_offsets_to_transaction(
+                    self._call(lambda parts=parts: self.producer.send_offsets_to_transaction(
                         parts, group(), 30), "send_offsets_to_transaction")
                 break
             except _Abort as exc:
-                log.warning("%s; aborting the transaction and trying again", exc)
                 self._call(lambda: self.producer.abort_transaction(30), "abort_transaction")
+                if exc.code in _NOT_A_MEMBER:
+                    # Go on without them: the checkpoint holds these offsets (a resumed
+                    # learner seeks to them) and the next checkpoint commits newer ones; the
+                    # fence still holds, the announcement and commit are transactional.
+                    log.warning("%s; registering without committing the group's offsets", exc)
+                    parts = []
+                    continue
+                log.warning("%s; aborting the transaction and trying again", exc)
                 time.sleep(1.0)
         registered = register()
         topic, key, value = announce(registered)
@@ -100,7 +118,7 @@ class Fence:
                 if error.fatal():
                     raise LearnerError(f"{what} failed for good: {error}") from exc
                 if error.txn_requires_abort():
-                    raise _Abort(f"{what}: {error}") from exc
+                    raise _Abort(f"{what}: {error}", error.code()) from exc
                 if not error.retriable():
                     raise LearnerError(f"{what} failed: {error}") from exc
                 log.warning("%s: %s; trying again in %.0f s", what, error, wait_s)
