@@ -86,7 +86,7 @@ def _unserve(publisher: Publisher) -> None:
 
 
 # Extra librdkafka properties that also reach the admin client reading topic limits: how to
-# connect. Others (a producer's, like enable.gapless.guarantee) would make it refuse to start.
+# connect. Others (a producer's, like linger.ms) would make it refuse to start.
 _CONNECTION = ("security.", "sasl.", "ssl.", "client.", "socket.", "broker.", "reconnect.")
 
 
@@ -105,6 +105,12 @@ def producer_config(settings: Settings, message_max: int | None = None) -> dict:
         "bootstrap.servers": settings.kafka.bootstrap_servers,
         **pub.librdkafka,
         "enable.idempotence": True,
+        # Without it, a batch the broker refuses for good (a topic's limit lowered) is failed
+        # while later batches of its partition are still delivered, so the refused batch's
+        # records, sent again, would land after them. With it, that refusal is a fatal error:
+        # nothing after the gap goes out, and what a partition took stays a prefix of the
+        # spool, which the restart in _start_producer relies on.
+        "enable.gapless.guarantee": True,
         "acks": "all",
         "compression.type": pub.compression,
         "linger.ms": pub.linger_ms,

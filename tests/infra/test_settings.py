@@ -50,3 +50,19 @@ def test_settings_are_frozen():
     settings = load_settings()
     with pytest.raises(ValueError):
         settings.home = "elsewhere"
+
+
+def test_the_publishers_ordering_properties_cannot_be_switched_off(monkeypatch):
+    """Per-rollout order rests on idempotence and on `enable.gapless.guarantee` (a refused
+    batch stops the producer before a later one overtakes it): extra librdkafka properties
+    may not turn either off, and the producer gets both."""
+    from producers.publisher import producer_config
+
+    monkeypatch.setenv("TRACETRAIN_PUBLISHER__LIBRDKAFKA",
+                       '{"enable.gapless.guarantee": false, "socket.timeout.ms": 5000}')
+    with pytest.raises(ConfigError, match="enable.gapless.guarantee: set by tracetrain"):
+        load_settings()
+    monkeypatch.setenv("TRACETRAIN_PUBLISHER__LIBRDKAFKA", '{"socket.timeout.ms": 5000}')
+    config = producer_config(load_settings())
+    assert config["enable.gapless.guarantee"] is True and config["enable.idempotence"] is True
+    assert config["socket.timeout.ms"] == 5000

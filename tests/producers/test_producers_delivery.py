@@ -94,21 +94,15 @@ def test_a_too_large_record_left_in_the_spool_does_not_jam_the_replay(kafka_sett
     assert len(read_dead_letters(spool_dir / "dead-letters.log")) == 1
 
 
-@pytest.mark.parametrize("gapless", [
-    pytest.param(False, marks=pytest.mark.xfail(
-        strict=False, reason="known open defect (issue 18 point 2): when the broker refuses a "
-        "batch after the topic limit is lowered, the retry path can deliver a rollout's later "
-        "records before its earlier ones; seen once in the full suite on 2026-12-05")),
-    True], ids=["batch-refused", "fatal-producer"])
-def test_a_topic_limit_lowered_under_a_running_publisher(kafka_settings, tmp_path, gapless):
+def test_a_topic_limit_lowered_under_a_running_publisher(kafka_settings, tmp_path):
     """An operator lowers the spans topic's max.message.bytes to 20,000 while the publisher
     runs with the old limit: the broker refuses the whole batch holding a 60 KB span (small
-    spans of the same partition included). With `enable.gapless.guarantee` that refusal is a
-    fatal error that makes the producer unusable. Either way the publisher reads the new
-    limit, makes a new producer, sets the large span aside and sends the others again, in
-    order."""
-    extra = {"enable.gapless.guarantee": True} if gapless else {}
-    settings = with_publisher(kafka_settings, librdkafka=extra, retry_backoff_ms=100)
+    spans of the same partition included), which the publisher's `enable.gapless.guarantee`
+    turns into a fatal error, so no later batch of that partition overtakes it. The publisher
+    reads the new limit, makes a new producer, sets the large span aside and sends the others
+    again, in order. (Without gapless, librdkafka went on delivering the later batches and the
+    refused batch's spans, sent again, arrived after them: a rollout out of order.)"""
+    settings = with_publisher(kafka_settings, retry_backoff_ms=100)
     spans_topic = settings.topics.spans
     pub = Publisher(settings, name="lowered", spool_dir=tmp_path / "spool")
     try:

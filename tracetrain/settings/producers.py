@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field, SecretStr, field_validator, model_validat
 # librdkafka properties the publisher's promise rests on: not overridable through `librdkafka`.
 PROTECTED_LIBRDKAFKA = ("bootstrap.servers", "enable.idempotence", "acks", "message.timeout.ms",
                         "message.max.bytes", "compression.type", "linger.ms", "batch.size",
-                        "queue.buffering.max.messages")
+                        "queue.buffering.max.messages", "enable.gapless.guarantee")
 
 
 class PublisherSettings(BaseModel):
