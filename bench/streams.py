@@ -21,6 +21,7 @@ the broker's and the producer's load, the CPU cost per span much less.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import tempfile
@@ -170,7 +171,9 @@ def main() -> None:
         ours = _settings(base, kafka, home, "bench-ours")
         prod = _producer(ours)
         reader = _reader(ours, ours.topics.transitions)
-        worker = services.start(ours, STREAMS, instance="bench-streams", wait=False)
+        # Unsupervised: the pid whose CPU is measured must be the worker's, not its supervisor's.
+        worker = services.start(ours, dataclasses.replace(STREAMS, restart=False),
+                                instance="bench-streams", wait=False)
         try:
             seconds, our_cpu = _timed_backlog(prod, _encoded(codec, ours, events), reader,
                                               _encoded(codec, ours, warm), llm_calls(warm_rollouts),
