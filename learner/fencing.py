@@ -36,8 +36,10 @@ LONGEST_WAIT_S = 30.0
 
 # The consumer's group membership is not current (it lapsed in a broker outage, or a rebalance
 # is under way): the broker takes no offsets from it until it polls again, which it does not
-# do while it waits here.
-_NOT_A_MEMBER = {KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION,
+# do while it waits here; or the group's coordinator has not answered for OFFSETS_PATIENCE_S
+# after an outage. Either way the checkpoint is registered without the group's offsets.
+OFFSETS_PATIENCE_S = 60.0
+_NOT_A_MEMBER = {KafkaError._TIMED_OUT, KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION,
                  KafkaError.REBALANCE_IN_PROGRESS, KafkaError.FENCED_INSTANCE_ID}
 
 
@@ -74,7 +76,8 @@ class Fence:
             try:
                 if parts:
                     self._call(lambda parts=parts: self.producer.send_offsets_to_transaction(
-                        parts, group(), 30), "send_offsets_to_transaction")
+                        parts, group(), 30), "send_offsets_to_transaction",
+                        give_up_after_s=OFFSETS_PATIENCE_S)
                 break
             except _Abort as exc:
                 self._call(lambda: self.producer.abort_transaction(30), "abort_transaction")
@@ -103,8 +106,10 @@ class Fence:
             self._call(lambda: self.producer.abort_transaction(30), "abort_transaction")
         return registered
 
-    def _call(self, fn: Callable[[], T], what: str) -> T:
-        wait_s = 1.0
+    def _call(self, fn: Callable[[], T], what: str, give_up_after_s: float | None = None) -> T:
+        """Retry `fn` through errors that are not fatal; with `give_up_after_s`, a retriable
+        error still there after that long is an _Abort (the caller goes on without it)."""
+        wait_s, started = 1.0, time.monotonic()
         while True:
             try:
                 return fn()
@@ -121,6 +126,9 @@ class Fence:
                     raise _Abort(f"{what}: {error}", error.code()) from exc
                 if not error.retriable():
                     raise LearnerError(f"{what} failed: {error}") from exc
+                if give_up_after_s is not None and time.monotonic() - started > give_up_after_s:
+                    raise _Abort(f"{what}: {error}, for {give_up_after_s:.0f} s",
+                                 KafkaError._TIMED_OUT) from exc
                 log.warning("%s: %s; trying again in %.0f s", what, error, wait_s)
                 time.sleep(wait_s)
                 wait_s = min(wait_s * 2, LONGEST_WAIT_S)
