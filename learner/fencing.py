@@ -12,7 +12,8 @@ there, having registered nothing), then `register()` creates the MLflow version,
 announcement is produced and the transaction committed. A learner fenced between its check and
 its commit (the newer one started within that second) deletes the version it just registered
 (`unregister`) before it stops, so the newer one's versions are the only ones that stay.
-Broker errors that are not fatal (an outage) are retried until the broker answers.
+Broker errors that are not fatal (an outage) are retried until the broker answers; the
+offsets alone are given up after OFFSETS_PATIENCE_S (the checkpoint holds them).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ LONGEST_WAIT_S = 30.0
 # do while it waits here; or the group's coordinator has not answered for OFFSETS_PATIENCE_S
 # after an outage. Either way the checkpoint is registered without the group's offsets.
 OFFSETS_PATIENCE_S = 60.0
-_NOT_A_MEMBER = {KafkaError._TIMED_OUT, KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION,
+_GO_ON_WITHOUT_OFFSETS = {KafkaError._TIMED_OUT, KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION,
                  KafkaError.REBALANCE_IN_PROGRESS, KafkaError.FENCED_INSTANCE_ID}
 
 
@@ -81,7 +82,7 @@ class Fence:
                 break
             except _Abort as exc:
                 self._call(lambda: self.producer.abort_transaction(30), "abort_transaction")
-                if exc.code in _NOT_A_MEMBER:
+                if exc.code in _GO_ON_WITHOUT_OFFSETS:
                     # Go on without them: the checkpoint holds these offsets (a resumed
                     # learner seeks to them) and the next checkpoint commits newer ones; the
                     # fence still holds, the announcement and commit are transactional.
