@@ -9,6 +9,8 @@ Behaviour: model "fail-503" gets a 503 error body; model "strict-model" refuses
 result yet gets a call of its first tool with {"a": 2, "b": 3}; after a tool result it answers
 "The answer is <result>". Model "slow-stream" streams its first chunk, then waits a minute
 before the rest (time for a test to kill the server or drop the client mid-stream); model
+"lingering-stream" sends its whole stream, `[DONE]` included, then holds the connection open a
+minute (a client that leaves on `[DONE]` leaves before the upstream ends); model
 "lone-surrogate" answers a text holding an unpaired UTF-16 surrogate (valid JSON, which no
 UTF-8 encoder takes). Also `ServerThread`, to run any ASGI app on a port in a thread.
 """
@@ -130,7 +132,13 @@ def app() -> FastAPI:
                 if i == 0:
                     await asyncio.sleep(60)
 
-        stream = slowly() if body.get("model") == "slow-stream" else events()
+        async def lingering():
+            for event in events():
+                yield event
+            await asyncio.sleep(60)
+
+        stream = {"slow-stream": slowly, "lingering-stream": lingering}.get(
+            body.get("model"), events)()
         return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
 
     @api.post("/v1/chat/completions")

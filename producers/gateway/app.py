@@ -248,6 +248,10 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
 
         def finish() -> None:
             if not recorded:
+                # The client may close as soon as it read the last event, before the relay
+                # resumes to see the upstream's end: it had the whole answer, so the call is ok.
+                if outcome[0] == "cancelled" and assembler.complete:
+                    outcome[0] = "ok"
                 recorded.append(outcome[0])
                 _stream_ended(ids, span_id, start, kind, body, assembler, policy_header,
                               resp.status_code, outcome[0])

@@ -158,3 +158,23 @@ def test_client_gone_mid_stream_still_gets_its_span_cancelled(gateway):
     assert span["llm"]["response_text"] == "Hello"
     assert "tracetrain_gateway_handled_calls_total{route=\"chat\",status=\"cancelled\"} 1.0" in \
         httpx.get(url + "/metrics").text
+
+
+@pytest.mark.faults
+def test_client_leaving_on_done_before_the_upstream_ends_is_ok_not_cancelled(gateway):
+    """The client reads the stream to `[DONE]` and closes while the upstream still holds its
+    connection open: the client had the whole answer, so the span is ok (seen as a flaky
+    `cancelled` when a client closed before the relay saw the upstream end)."""
+    url, settings, pub = gateway
+    body = {"model": "lingering-stream", "stream": True,
+            "messages": [{"role": "user", "content": "hi"}]}
+    with httpx.stream("POST", url + "/v1/chat/completions", json=body,
+                      headers={**AUTH, "X-Rollout-Id": "ro-done"}) as resp:
+        for line in resp.iter_lines():
+            if line == "data: [DONE]":
+                break
+        else:
+            pytest.fail("the gateway never relayed [DONE]")
+    span = _span_of(settings, pub, "ro-done")
+    assert span["status"] == "ok", span["error_message"]
+    assert span["llm"]["response_text"] == "Hello from the fixed upstream."
