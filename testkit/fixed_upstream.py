@@ -10,7 +10,8 @@ result yet gets a call of its first tool with {"a": 2, "b": 3}; after a tool res
 "The answer is <result>". Model "slow-stream" streams its first chunk, then waits a minute
 before the rest (time for a test to kill the server or drop the client mid-stream); model
 "lone-surrogate" answers a text holding an unpaired UTF-16 surrogate (valid JSON, which no
-UTF-8 encoder takes). Also `ServerThread`, to run any ASGI app on a port in a thread.
+UTF-8 encoder takes). Every request body it got is kept, in order, in `app.state.received`
+(what the gateway really sent). Also `ServerThread`, to run any ASGI app on a port in a thread.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def _pieces(text: str) -> list[str]:
 
 def app() -> FastAPI:
     api = FastAPI()
+    api.state.received = []
 
     @api.get("/v1/models")
     async def models():
@@ -58,6 +60,7 @@ def app() -> FastAPI:
 
     async def respond(request: Request, kind: str):
         body = await request.json()
+        api.state.received.append(body)
         if body.get("model") == "strict-model" and "return_token_ids" in body:
             return JSONResponse({"error": {"message": "Unrecognized request argument supplied: "
                                            "return_token_ids", "type": "invalid_request_error"}},
@@ -149,6 +152,7 @@ class ServerThread:
 
     def __init__(self, asgi_app, port: int, host: str = "127.0.0.1"):
         self.url = f"http://{host}:{port}"
+        self.app = asgi_app
         config = uvicorn.Config(asgi_app, host=host, port=port, log_level="warning",
                                 access_log=False, lifespan="on")
         self.server = uvicorn.Server(config)

@@ -3,10 +3,14 @@
     tracetrain gateway            # uvicorn on settings.gateway.host:port
 
 Reads: OpenAI-style requests from agents (`/v1/chat/completions`, `/v1/completions`,
-`/v1/models`, also under `/rollouts/{rollout_id}/v1/...`), rewards (`POST /v1/rewards`) and
-OTLP/HTTP traces (`POST /v1/traces`). Forwards calls to `settings.gateway.upstream_url` (vLLM,
+`/v1/models`, also under `/rollouts/{rollout_id}/v1/...` and `/rollouts/{rollout_id}/{mode}/v1/...`),
+rewards (`POST /v1/rewards`) and OTLP/HTTP traces (`POST /v1/traces`). Forwards calls to `settings.gateway.upstream_url` (vLLM,
 the embedded engine, any OpenAI-compatible server) asking for token ids and logprobs.
-Writes: one Span per call (errors included) and Rewards, through the publisher.
+Writes: one Span per call (errors included) and Rewards, through the publisher. The span
+records the sampling temperature the engine used (attribute `gen_ai.request.temperature`) and
+the rollout's mode (`tracetrain.rollout_mode`): `train` calls are sent at
+`gateway.train_temperature`, `val` calls greedy (temperature 0), others as sent, at
+`gateway.default_temperature` when they give none.
 Serves `/metrics` (Prometheus: the gateway's and its publisher's), `/healthz` and `/state`
 (JSON: calls per route and status, the publisher's records per outcome, held spans).
 
@@ -42,6 +46,7 @@ from producers.publisher import Publisher
 from producers.records import llm_part, new_id, new_span
 from tracetrain.errors import Backpressure, BadRequest, ConfigError
 from tracetrain.observability import CONTENT_TYPE, Metrics
+from tracetrain.records import MODE_ATTRIBUTE, TEMPERATURE_ATTRIBUTE
 from tracetrain.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -102,6 +107,8 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
                             "client went away mid-stream).", ["route", "status"])
     latency = metrics.histogram("upstream_latency", "seconds", "Upstream latency.", ["route"])
     recorder = state["recorder"] = SpanRecorder(metrics, gw.held_spans_max)
+    # The temperature each mode forces on the forwarded request (none: as sent).
+    forced = {"train": gw.train_temperature, "val": 0.0}
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -176,7 +183,7 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
                 "pending_records": state["pub"].pending(), "held_spans": recorder.held,
                 "upstream_refuses_token_ids": bool(state.get("upstream_refuses_token_ids"))}
 
-    async def models(request: Request, rollout_id: str | None = None):
+    async def models(request: Request, rollout_id: str | None = None, mode: str | None = None):
         check_auth(request, keys)
         try:
             resp = await state["http"].get(f"{upstream}/models")
@@ -185,23 +192,26 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
         return Response(resp.content, status_code=resp.status_code,
                         media_type=resp.headers.get("content-type"))
 
-    async def chat(request: Request, rollout_id: str | None = None):
-        return await _call(request, "chat", "/chat/completions", rollout_id)
+    async def chat(request: Request, rollout_id: str | None = None, mode: str | None = None):
+        return await _call(request, "chat", "/chat/completions", rollout_id, mode)
 
-    async def completions(request: Request, rollout_id: str | None = None):
-        return await _call(request, "completion", "/completions", rollout_id)
+    async def completions(request: Request, rollout_id: str | None = None,
+                          mode: str | None = None):
+        return await _call(request, "completion", "/completions", rollout_id, mode)
 
-    for prefix in ("", "/rollouts/{rollout_id}"):
+    for prefix in ("", "/rollouts/{rollout_id}", "/rollouts/{rollout_id}/{mode}"):
         app.add_api_route(f"{prefix}/v1/models", models, methods=["GET"])
         app.add_api_route(f"{prefix}/v1/chat/completions", chat, methods=["POST"])
         app.add_api_route(f"{prefix}/v1/completions", completions, methods=["POST"])
 
-    async def _call(request: Request, kind: str, path: str, path_rollout: str | None):
+    async def _call(request: Request, kind: str, path: str, path_rollout: str | None,
+                    path_mode: str | None):
         check_auth(request, keys)
-        ids = call_ids(request.headers, path_rollout)
+        ids = call_ids(request.headers, path_rollout, path_mode)
         recorder.check_room()  # before the upstream: its answer could not be recorded now
         body = await read_json_body(request, gw.max_body_bytes, gw.max_json_depth)
         validate_call(kind, body)
+        body = capture.with_temperature(body, forced.get(ids.mode), gw.default_temperature)
         # Refuse now (413, 503) what could not be recorded, not after the upstream worked.
         state["pub"].admit(settings.topics.spans, capture.request_bytes(kind, body))
         ask = gw.request_token_ids and not state.get("upstream_refuses_token_ids")
@@ -319,6 +329,11 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
                              f"{exc!r}"
         attrs.update({"http.status_code": str(status), "gateway.endpoint": kind,
                       "stream": str(bool(body.get("stream"))).lower()})
+        temperature = capture.temperature_attribute(body)
+        if temperature is not None:
+            attrs[TEMPERATURE_ATTRIBUTE] = temperature
+        if ids.mode is not None:
+            attrs[MODE_ATTRIBUTE] = ids.mode
         if ids.generated:
             attrs["rollout_id_generated"] = "true"
         span = new_span(

@@ -31,6 +31,26 @@ def prepare_request(kind: str, body: dict, ask_token_ids: bool) -> dict:
     return out
 
 
+def with_temperature(body: dict, forced: float | None, default: float) -> dict:
+    """The body with the temperature the engine is to sample at: `forced` (a rollout mode's)
+    over the client's, the client's, or `default` when it gives none (sent explicitly, so the
+    span records what the engine used, whatever its own default)."""
+    if forced is not None:
+        return {**body, "temperature": forced}
+    if body.get("temperature") is None:
+        return {**body, "temperature": default}
+    return body
+
+
+def temperature_attribute(body: dict) -> str | None:
+    """The span attribute of the body's temperature; None for a value that is not a number
+    (the engine refuses such a call, and its span is an error span)."""
+    value = body.get("temperature")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return repr(float(value))
+
+
 def _sent(kind: str, request: dict):
     return request.get("messages", []) if kind == "chat" else request.get("prompt", "")
 
