@@ -24,6 +24,7 @@ whose client goes away is recorded with status `cancelled`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -42,6 +43,7 @@ from producers.gateway.ids import BadIdHeader, CallIds, call_ids
 from producers.gateway.otlp import add_otlp_routes
 from producers.gateway.recording import SpanRecorder
 from producers.gateway.rewards import add_reward_routes
+from producers.gateway.versions import ServedVersions
 from producers.publisher import Publisher
 from producers.records import llm_part, new_id, new_span
 from tracetrain.errors import Backpressure, BadRequest, ConfigError
@@ -109,6 +111,7 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
     recorder = state["recorder"] = SpanRecorder(metrics, gw.held_spans_max)
     # The temperature each mode forces on the forwarded request (none: as sent).
     forced = {"train": gw.train_temperature, "val": 0.0}
+    versions = ServedVersions()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -118,7 +121,10 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
             if gw.upstream_api_key else {}
         state["http"] = httpx.AsyncClient(timeout=gw.upstream_timeout_s, headers=headers)
         held_task = recorder.start(state["pub"])
+        versions_task = asyncio.create_task(
+            versions.follow(state["http"], upstream, gw.versions_refresh_s))
         yield
+        versions_task.cancel()
         held_task.cancel()
         await state["http"].aclose()
         recorder.close()
@@ -215,17 +221,19 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
         # Refuse now (413, 503) what could not be recorded, not after the upstream worked.
         state["pub"].admit(settings.topics.spans, capture.request_bytes(kind, body))
         ask = gw.request_token_ids and not state.get("upstream_refuses_token_ids")
-        sent = capture.prepare_request(kind, body, ask)
+        served = versions.pick(body.get("model"))  # vLLM: the newest `<model>-v<N>`
+        forwarded = body if served is None else {**body, "model": served}
+        sent = capture.prepare_request(kind, forwarded, ask)
         span_id, start = new_id(8), time.time_ns()
         out_headers = {"x-rollout-id": ids.rollout_id, "x-span-id": span_id}
         try:
             resp = await _send(sent, path, bool(body.get("stream")))
-            if ask and sent != body and resp.status_code == 400 and \
+            if ask and sent != forwarded and resp.status_code == 400 and \
                     await _refuses_our_fields(resp):
                 # An upstream that rejects return_token_ids (OpenAI itself, strict servers):
                 # remember it and send the client's body unchanged from now on.
                 state["upstream_refuses_token_ids"] = True
-                resp = await _send(body, path, bool(body.get("stream")))
+                resp = await _send(forwarded, path, bool(body.get("stream")))
         except httpx.HTTPError as exc:
             message = f"upstream {upstream} unreachable: {exc!r}"
             _record(ids, span_id, start, kind, body, None, None, 502, message)
