@@ -187,7 +187,9 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
         return {"handled_calls": handled, "publisher": state["pub"].name,
                 "published_records": dict(state["pub"].counts),
                 "pending_records": state["pub"].pending(), "held_spans": recorder.held,
-                "upstream_refuses_token_ids": bool(state.get("upstream_refuses_token_ids"))}
+                "upstream_refuses_token_ids": bool(state.get("upstream_refuses_token_ids")),
+                # model -> the versioned name its calls go to (vLLM; see versions.py)
+                "served_versions": dict(versions.newest)}
 
     async def models(request: Request, rollout_id: str | None = None, mode: str | None = None):
         check_auth(request, keys)

@@ -18,6 +18,7 @@ from serving.engine_client import EngineClient
 from streams.join_core import RolloutJoin
 from testkit.fixed_upstream import ServerThread
 from testkit.learner import learner_settings, produce
+from testkit.metrics import get_state
 from testkit.producers import consume
 from testkit.vllm_double import VllmDouble
 
@@ -55,9 +56,11 @@ def test_vllm_spans_carry_the_served_version_and_stale_ones_are_dropped(
     for version, rollout in ((5, "ro-old"), (9, "ro-new")):
         engine.load_lora(str(tmp_path / f"v{version}"), version)
         deadline = time.monotonic() + 10
-        while (resp := _call(url, rollout)).json()["model"] != f"policy-v{version}":
-            assert time.monotonic() < deadline, resp.text  # the gateway reads the new name
-            time.sleep(0.1)
+        while (seen := get_state(url)["served_versions"]) != {"policy": f"policy-v{version}"}:
+            assert time.monotonic() < deadline, seen  # the gateway reads the new name
+            time.sleep(0.05)
+        resp = _call(url, rollout)
+        assert resp.status_code == 200 and resp.json()["model"] == f"policy-v{version}"
     assert pub.flush(20) == 0
     spans = [s for _, s in consume(settings.kafka.bootstrap_servers, settings.topics.spans, 2,
                                    settle_s=1.0)]
