@@ -79,6 +79,22 @@ def _no_reward(completions, **_):
     return [0.0] * len(completions)
 
 
+# Below this a temperature samples greedily (vLLM's _SAMPLING_EPS; llama.cpp: <= 0).
+GREEDY_BELOW = 1e-5
+
+
+def scoring_temperature(transition: dict) -> float:
+    """The temperature a transition is scored at: the engine's sampling temperature
+    (Transition v2), 1.0 when unknown (v1, null). A greedy call (temperature 0) is scored at
+    1.0, never divided by 0: greedy sampling has no distribution of its own to score, and both
+    engines report a greedy call's logprobs under the unscaled distribution (the embedded
+    engine always reports raw-model logprobs; vLLM's processed logprobs apply no temperature
+    to greedy requests), so at 1.0 learner and behaviour logprobs are the same function and
+    their ratio still measures the engine/learner mismatch."""
+    value = transition.get("sampling_temperature")
+    return 1.0 if value is None or value < GREEDY_BELOW else float(value)
+
+
 def inputs_from(transitions: list[dict], advantages: list[float], weights: list[float],
                 pad_id: int, max_length: int, device: torch.device) -> dict:
     """TRL's `_compute_loss` inputs from stored transitions; the prompt is cut from the left when
@@ -113,8 +129,7 @@ def inputs_from(transitions: list[dict], advantages: list[float], weights: list[
         "prompt_ids": prompt_ids, "prompt_mask": prompt_mask,
         "completion_ids": completion_ids, "completion_mask": completion_mask,
         "advantages": adv, "old_logps": old, "has_old": has_old,
-        # The engine's sampling temperature (Transition v2); unknown (v1, null) is 1.0.
-        "temperatures": torch.tensor([t.get("sampling_temperature") or 1.0 for t in transitions],
+        "temperatures": torch.tensor([scoring_temperature(t) for t in transitions],
                                      dtype=torch.float32),
         "num_items_in_batch": completion_mask.sum().float(),
     }

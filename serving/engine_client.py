@@ -6,14 +6,26 @@ Embedded: `POST /v1/load_lora_adapter` (vLLM's shape plus `policy_version`),
 vLLM: `POST /v1/load_lora_adapter {"lora_name","lora_path","load_inplace": true}` (needs
 VLLM_ALLOW_RUNTIME_LORA_UPDATING=1), `POST /collective_rpc {"method": "reload_weights"}` (needs
 VLLM_SERVER_DEV_MODE=1) for full weights, `GET /v1/models` (a LoRA entry's `root` is its path)
-to verify.
+to verify. vLLM reports no policy version, so each LoRA version is loaded twice: as the plain
+name (in place, for clients that call the engine directly) and as `<name>-v<policy_version>`
+(tracetrain/served_names.py), which the gateway sends its calls to and reads the version back
+from; the versioned adapters older than the previous one are unloaded
+(`POST /v1/unload_lora_adapter`).
 """
 
 from __future__ import annotations
 
+import logging
+
 import httpx
 
 from serving.errors import LoadError, ServingError
+from tracetrain import served_names
+
+log = logging.getLogger(__name__)
+# Versioned vLLM adapters kept loaded: the new one and the previous one, which calls the
+# gateway sent before it saw the new name may still ask for.
+VERSIONED_KEPT = 2
 
 
 class EngineUnavailable(ServingError):
@@ -50,7 +62,35 @@ class EngineClient:
         payload = {"lora_name": self.lora_name, "lora_path": path, "load_inplace": True}
         if self.backend == "embedded":
             payload["policy_version"] = policy_version
+            self._post("/v1/load_lora_adapter", payload)
+            return
         self._post("/v1/load_lora_adapter", payload)
+        self._post("/v1/load_lora_adapter", {
+            **payload, "lora_name": served_names.versioned(self.lora_name, policy_version)})
+        self._unload_old_versions()
+
+    def _unload_old_versions(self) -> None:
+        """Unload the versioned adapters of this name but the newest VERSIONED_KEPT (vLLM
+        keeps every adapter it loaded registered); one that fails stays, with a warning."""
+        versions = sorted(v for name, v in (served_names.parse(m) or ("", 0)
+                                            for m in self._model_ids())
+                          if name == self.lora_name)
+        for version in versions[:-VERSIONED_KEPT]:
+            name = served_names.versioned(self.lora_name, version)
+            try:
+                self._post("/v1/unload_lora_adapter", {"lora_name": name})
+            except ServingError as exc:
+                log.warning("could not unload the old adapter %s: %s", name, exc)
+
+    def _model_ids(self) -> list[str]:
+        return [m.get("id", "") for m in self._models()]
+
+    def _models(self) -> list[dict]:
+        try:
+            return self.http.get("/v1/models").json().get("data", [])
+        except (httpx.HTTPError, ValueError) as exc:
+            raise EngineUnavailable(f"engine at {self.base_url} did not list its models: "
+                                    f"{exc}") from exc
 
     def load_full(self, path: str, policy_version: int) -> None:
         if self.backend == "embedded":
@@ -67,13 +107,14 @@ class EngineClient:
             if self.backend == "embedded":
                 info = self.http.get("/v1/policy").json()
                 return info.get("policy_version") == policy_version
-            if self._full_path == path:
-                return True
-            models = self.http.get("/v1/models").json().get("data", [])
         except (httpx.HTTPError, ValueError) as exc:
             raise EngineUnavailable(f"engine at {self.base_url} did not report its version: "
                                     f"{exc}") from exc
-        return any(m.get("id") == self.lora_name and m.get("root") == path for m in models)
+        if self._full_path == path:
+            return True
+        roots = {m.get("id"): m.get("root") for m in self._models()}
+        return all(roots.get(name) == path for name in (
+            self.lora_name, served_names.versioned(self.lora_name, policy_version)))
 
     def close(self) -> None:
         self.http.close()

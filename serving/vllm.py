@@ -6,7 +6,8 @@ Starts `vllm serve <base model dir>` with `--enable-lora --max-lora-rank R`, the
 the processed (temperature-scaled) distribution that importance sampling needs, and the
 environment that lets the reloader swap adapters in place (VLLM_ALLOW_RUNTIME_LORA_UPDATING)
 and reload full weights through `/collective_rpc` (VLLM_SERVER_DEV_MODE). The base model is
-served under its settings name; each adapter is loaded as `engine.served_name` ("policy").
+served under its settings name; each adapter is loaded as `engine.served_name` ("policy") and
+as `policy-v<policy_version>`, the name that carries its version to the gateway's spans.
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ def vllm_argv(settings: Settings) -> list[str]:
         "--served-model-name", settings.base_model,
         "--max-model-len", str(engine.max_context),
         "--max-num-seqs", str(max(engine.slots, 8)),
-        "--enable-lora", "--max-lora-rank", str(engine.max_lora_rank), "--max-loras", "2",
+        # three adapters in a batch: the plain name, the versioned one and the previous
+        # versioned one (serving/engine_client.py), while calls for it finish
+        "--enable-lora", "--max-lora-rank", str(engine.max_lora_rank), "--max-loras", "3",
         "--logprobs-mode", "processed_logprobs",
         *engine.vllm_args,
     ]

@@ -5,19 +5,38 @@ regex matched against the whole name (`Writer|Rewriter` trains both and not the 
 A selected call without prompt or response token ids cannot be trained on. Re-tokenizing it
 from its request messages is deferred (it needs the policy's tokenizer in the worker): such a
 call goes to the dead-letter topic with the reason "no token ids".
+
+A call of `val` traffic (span attribute `tracetrain.rollout_mode`, written by the gateway) is
+never trained on: its rollout keeps it out of its transitions. A selected call whose
+`gen_ai.request.temperature` is not a number >= 0 cannot be scored at the temperature it was
+sampled at: it goes to the dead-letter topic with the reason "bad temperature".
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Literal
 
 from streams.errors import StreamsError
+from tracetrain.records import MODE_ATTRIBUTE, TEMPERATURE_ATTRIBUTE
 from tracetrain.settings.streams import StreamsSettings
 
-Verdict = Literal["keep", "skip", "no token ids"]
-NO_TOKEN_IDS = "no token ids"
+Verdict = Literal["keep", "skip", "no token ids", "val", "bad temperature"]
+NO_TOKEN_IDS, VAL, BAD_TEMPERATURE = "no token ids", "val", "bad temperature"
+
+
+def sampling_temperature(span: dict) -> float | None:
+    """The temperature the engine sampled the call at (None: not recorded); ValueError for a
+    value that is not a finite number >= 0."""
+    raw = (span.get("attributes") or {}).get(TEMPERATURE_ATTRIBUTE)
+    if raw is None:
+        return None
+    value = float(raw)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(raw)
+    return value
 
 
 def _compile(pattern: str | None, what: str) -> re.Pattern[str] | None:
@@ -57,7 +76,13 @@ class Selector:
     def classify(self, span: dict) -> Verdict:
         if not self.selects(span):
             return "skip"
+        if (span.get("attributes") or {}).get(MODE_ATTRIBUTE) == VAL:
+            return VAL
         llm = span["llm"]
         if not llm.get("prompt_token_ids") or not llm.get("response_token_ids"):
             return NO_TOKEN_IDS
+        try:
+            sampling_temperature(span)
+        except ValueError:
+            return BAD_TEMPERATURE
         return "keep"

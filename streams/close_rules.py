@@ -113,8 +113,11 @@ def plan_close(state: Rollout, reason: str, cfg: StreamsSettings, spans_topic: s
     """The transitions of a closed rollout (a timed-out or outgrown one: only by its policy,
     `on_timeout` / `on_oversize`), a dead letter per intermediate reward naming a span the
     rollout lacks; or, for a rollout that is not emitted or whose credited returns are out of
-    bounds, one dead letter summarising it."""
+    bounds, one dead letter summarising it (none for a timed-out rollout of `val` traffic
+    alone, which often gets no reward: its spans stay on the spans topic)."""
     plan = ClosePlan()
+    if reason == "timeout" and state.val_calls and not state.calls:
+        return plan  # validation traffic, never trained on: nothing to keep for a retry
     if not _emitted(reason, cfg):
         what = "unknown_rollout" if not state.starts else \
             "rollout_too_large" if reason == OVERSIZE else "rollout_timeout"

@@ -229,6 +229,8 @@ class Join:
                                             self.codec.encode("Transition", record), None))
             self.metrics.transitions_out.inc()
         self.metrics.rollouts_closed.labels(reason=reason).inc()
+        if state.val_calls:
+            self.metrics.val_rollouts.inc()
         self.unrecorded.append((futures, key, state, kept))
 
     async def _close_now(self, key: bytes, state: Rollout, reason: str) -> None:

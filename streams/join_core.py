@@ -16,11 +16,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from streams.air_rules import AirRules, PoisonSpan
-from streams.cleaning import NO_TOKEN_IDS, Selector
+from streams.cleaning import BAD_TEMPERATURE, NO_TOKEN_IDS, VAL, Selector
 from streams.close_rules import CloseSchedule, close_reason
 from streams.positions import ReadPositions
 from streams.rollout import ADDED, DUPLICATE, EXTRA_FINAL, LATE, Rollout
-from tracetrain.records import AirEvent, Reward, Span
+from tracetrain.records import TEMPERATURE_ATTRIBUTE, AirEvent, Reward, Span
 from tracetrain.rewards import OUT_OF_BOUNDS, reward_problem
 from tracetrain.settings.rewards import RewardSettings
 from tracetrain.settings.streams import StreamsSettings
@@ -76,6 +76,7 @@ class Applied:
     new_call: str | None = None
     call_bytes: bytes = b""  # the new call as the table stores it
     derived: list[AirEvent] = field(default_factory=list)
+    val: bool = False  # the span is a call of `val` traffic (counted, never trained on)
 
     @property
     def changed(self) -> bool:
@@ -150,13 +151,18 @@ class RolloutJoin:
         verdict = self.selector.classify(span)
         state = self.rollout(key, partition)
         outcome = state.add_span(span, verdict == "keep", ts_ns, wall,
-                                 self.cfg.end_marker_attribute)
-        applied = self._settle(Applied(key, state, outcome))
+                                 self.cfg.end_marker_attribute, val=verdict == VAL)
+        applied = self._settle(Applied(key, state, outcome, val=verdict == VAL))
         if not applied.changed:
             return applied
         if verdict == NO_TOKEN_IDS:  # re-tokenizing from messages is deferred (see cleaning.py)
             applied.dead.append((NO_TOKEN_IDS, f"span {span['span_id']} of the trained policy "
                                  "carries no prompt/response token ids"))
+        elif verdict == BAD_TEMPERATURE:
+            applied.dead.append((BAD_TEMPERATURE, f"span {span['span_id']} of the trained "
+                                 f"policy has {TEMPERATURE_ATTRIBUTE} "
+                                 f"{span['attributes'].get(TEMPERATURE_ATTRIBUTE)!r}; "
+                                 "expected a number >= 0"))
         applied.derived = derived
         for air in derived:  # applied at once; the air topic's copy is skipped
             state.add_air(air, ts_ns, wall)

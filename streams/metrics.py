@@ -19,6 +19,9 @@ class StreamsMetrics:
         self.rollouts_closed = m.counter("closed", "rollouts",
                                          "Closed rollouts by reason (final, end, timeout).",
                                          ["reason"])
+        self.val_rollouts = m.counter("val", "rollouts", "Closed rollouts with calls of `val` "
+                                      "traffic (X-Rollout-Mode: val); those calls never became "
+                                      "transitions.")
         self.transitions_out = m.counter("output", "transitions", "Transitions produced.")
         self.air_derived = m.counter("air_derived", "events", "AirEvents derived, per rule.",
                                      ["rule"])
@@ -46,6 +49,7 @@ class StreamsMetrics:
             "open_rollouts": int(values(self.rollouts_open)),
             "closed_rollouts": values(self.rollouts_closed, "reason"),
             "output_transitions": int(values(self.transitions_out)),
+            "val_rollouts": int(values(self.val_rollouts)),
             "air_derived": values(self.air_derived, "rule"),
             "lag": lag,  # topic short name -> partition -> records left (-1: not known yet)
             "dlq_records": values(self.dlq, "reason"),

@@ -29,6 +29,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from streams.cleaning import sampling_temperature
 from streams.credit import assign
 from tracetrain.records import Transition
 
@@ -57,6 +58,7 @@ class Rollout:
     last_wall: float = 0.0
     closed: str | None = None
     closed_wall: float | None = None
+    val_calls: int = 0  # LLM calls of `val` traffic seen (never trained on)
 
     # -- storage ----------------------------------------------------------------------------
 
@@ -84,7 +86,10 @@ class Rollout:
         self.last_ts_ns = max(self.last_ts_ns, ts_ns)
         self.last_wall = max(self.last_wall, wall)
 
-    def add_span(self, span: dict, keep: bool, ts_ns: int, wall: float, end_attribute: str) -> str:
+    def add_span(self, span: dict, keep: bool, ts_ns: int, wall: float, end_attribute: str,
+                 val: bool = False) -> str:
+        """Add a span; `keep`: a call to train on (its temperature checked by the caller),
+        `val`: a call of validation traffic, counted and never trained on."""
         if self.closed:
             return LATE
         span_id = span["span_id"]
@@ -100,8 +105,10 @@ class Rollout:
                 "prompt_token_ids": llm["prompt_token_ids"],
                 "response_token_ids": llm["response_token_ids"],
                 "behaviour_logprobs": llm.get("response_logprobs") or [],
+                "sampling_temperature": sampling_temperature(span),
                 "start": span["start_time_ns"],
             }
+        self.val_calls += val
         if (span.get("attributes") or {}).get(end_attribute) == "true" and self.end_ts_ns is None:
             self.end_ts_ns, self.end_wall = ts_ns, wall
         self.last_span_ts_ns = max(self.last_span_ts_ns, ts_ns)
@@ -236,6 +243,8 @@ class Rollout:
                 "response_token_ids": call["response_token_ids"],
                 "behaviour_logprobs": call["behaviour_logprobs"],
                 "policy_version": call["policy_version"],
+                # calls stored before the temperature was recorded have none (unknown)
+                "sampling_temperature": call.get("sampling_temperature"),
                 "final_reward": credit.final_reward,
                 "intermediate_reward": credit.intermediate_reward,
                 "credited_return": credit.credited_return,

@@ -12,7 +12,8 @@ before the rest (time for a test to kill the server or drop the client mid-strea
 "lingering-stream" sends its whole stream, `[DONE]` included, then holds the connection open a
 minute (a client that leaves on `[DONE]` leaves before the upstream ends); model
 "lone-surrogate" answers a text holding an unpaired UTF-16 surrogate (valid JSON, which no
-UTF-8 encoder takes). Also `ServerThread`, to run any ASGI app on a port in a thread.
+UTF-8 encoder takes). Every request body it got is kept, in order, in `app.state.received`
+(what the gateway really sent). Also `ServerThread`, to run any ASGI app on a port in a thread.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def _pieces(text: str) -> list[str]:
 
 def app() -> FastAPI:
     api = FastAPI()
+    api.state.received = []
 
     @api.get("/v1/models")
     async def models():
@@ -60,6 +62,7 @@ def app() -> FastAPI:
 
     async def respond(request: Request, kind: str):
         body = await request.json()
+        api.state.received.append(body)
         if body.get("model") == "strict-model" and "return_token_ids" in body:
             return JSONResponse({"error": {"message": "Unrecognized request argument supplied: "
                                            "return_token_ids", "type": "invalid_request_error"}},
@@ -157,6 +160,7 @@ class ServerThread:
 
     def __init__(self, asgi_app, port: int, host: str = "127.0.0.1"):
         self.url = f"http://{host}:{port}"
+        self.app = asgi_app
         config = uvicorn.Config(asgi_app, host=host, port=port, log_level="warning",
                                 access_log=False, lifespan="on")
         self.server = uvicorn.Server(config)

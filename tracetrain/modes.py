@@ -28,6 +28,9 @@ OnTimeout = Literal["dlq", "emit"]
 OnOversize = Literal["dlq", "emit"]
 # streams: an event for a rollout already closed
 LatePolicy = Literal["dlq", "ignore"]
+# gateway: a rollout's traffic (the `X-Rollout-Mode` header or `/rollouts/{id}/{mode}/v1/...`):
+# `train` is sampled at the configured temperature and trained on, `val` is greedy and never is
+RolloutMode = Literal["train", "val"]
 # serving: the policy engine
 EngineBackend = Literal["embedded", "vllm"]
 # serving: the base weights the embedded engine's llama-server loads
@@ -43,6 +46,7 @@ CREDIT_MODES: tuple[str, ...] = get_args(CreditMode)
 ON_TIMEOUT: tuple[str, ...] = get_args(OnTimeout)
 ON_OVERSIZE: tuple[str, ...] = get_args(OnOversize)
 LATE_POLICIES: tuple[str, ...] = get_args(LatePolicy)
+ROLLOUT_MODES: tuple[str, ...] = get_args(RolloutMode)
 ENGINE_BACKENDS: tuple[str, ...] = get_args(EngineBackend)
 ENGINE_WEIGHTS: tuple[str, ...] = get_args(EngineWeights)
 REGISTRY_ALIASES: tuple[str, ...] = get_args(RegistryAlias)

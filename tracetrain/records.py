@@ -17,6 +17,12 @@ from typing import Literal, NotRequired, TypedDict
 
 from tracetrain.modes import LearnerMode
 
+# Span attributes the gateway writes and the streams read. The sampling temperature the engine
+# used (OpenTelemetry's GenAI name, so OTLP spans that carry it are read the same way), and the
+# rollout's mode (tracetrain.modes.RolloutMode) when the caller gave one.
+TEMPERATURE_ATTRIBUTE = "gen_ai.request.temperature"
+MODE_ATTRIBUTE = "tracetrain.rollout_mode"
+
 SpanKind = Literal["llm", "tool", "agent", "other"]
 SpanStatus = Literal["ok", "error", "unset", "cancelled"]
 

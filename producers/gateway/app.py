@@ -3,10 +3,14 @@
     tracetrain gateway            # uvicorn on settings.gateway.host:port
 
 Reads: OpenAI-style requests from agents (`/v1/chat/completions`, `/v1/completions`,
-`/v1/models`, also under `/rollouts/{rollout_id}/v1/...`), rewards (`POST /v1/rewards`) and
-OTLP/HTTP traces (`POST /v1/traces`). Forwards calls to `settings.gateway.upstream_url` (vLLM,
+`/v1/models`, also under `/rollouts/{rollout_id}/v1/...` and `/rollouts/{rollout_id}/{mode}/v1/...`),
+rewards (`POST /v1/rewards`) and OTLP/HTTP traces (`POST /v1/traces`). Forwards calls to `settings.gateway.upstream_url` (vLLM,
 the embedded engine, any OpenAI-compatible server) asking for token ids and logprobs.
-Writes: one Span per call (errors included) and Rewards, through the publisher.
+Writes: one Span per call (errors included) and Rewards, through the publisher. The span
+records the sampling temperature the engine used (attribute `gen_ai.request.temperature`) and
+the rollout's mode (`tracetrain.rollout_mode`): `train` calls are sent at
+`gateway.train_temperature`, `val` calls greedy (temperature 0), others as sent, at
+`gateway.default_temperature` when they give none.
 Serves `/metrics` (Prometheus: the gateway's and its publisher's), `/healthz` and `/state`
 (JSON: calls per route and status, the publisher's records per outcome, held spans).
 
@@ -20,6 +24,7 @@ whose client goes away is recorded with status `cancelled`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -38,10 +43,12 @@ from producers.gateway.ids import BadIdHeader, CallIds, call_ids
 from producers.gateway.otlp import add_otlp_routes
 from producers.gateway.recording import SpanRecorder
 from producers.gateway.rewards import add_reward_routes
+from producers.gateway.versions import ServedVersions
 from producers.publisher import Publisher
 from producers.records import llm_part, new_id, new_span
 from tracetrain.errors import Backpressure, BadRequest, ConfigError
 from tracetrain.observability import CONTENT_TYPE, Metrics
+from tracetrain.records import MODE_ATTRIBUTE, TEMPERATURE_ATTRIBUTE
 from tracetrain.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -102,6 +109,9 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
                             "client went away mid-stream).", ["route", "status"])
     latency = metrics.histogram("upstream_latency", "seconds", "Upstream latency.", ["route"])
     recorder = state["recorder"] = SpanRecorder(metrics, gw.held_spans_max)
+    # The temperature each mode forces on the forwarded request (none: as sent).
+    forced = {"train": gw.train_temperature, "val": 0.0}
+    versions = ServedVersions()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -111,7 +121,10 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
             if gw.upstream_api_key else {}
         state["http"] = httpx.AsyncClient(timeout=gw.upstream_timeout_s, headers=headers)
         held_task = recorder.start(state["pub"])
+        versions_task = asyncio.create_task(
+            versions.follow(state["http"], upstream, gw.versions_refresh_s))
         yield
+        versions_task.cancel()
         held_task.cancel()
         await state["http"].aclose()
         recorder.close()
@@ -174,9 +187,11 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
         return {"handled_calls": handled, "publisher": state["pub"].name,
                 "published_records": dict(state["pub"].counts),
                 "pending_records": state["pub"].pending(), "held_spans": recorder.held,
-                "upstream_refuses_token_ids": bool(state.get("upstream_refuses_token_ids"))}
+                "upstream_refuses_token_ids": bool(state.get("upstream_refuses_token_ids")),
+                # model -> the versioned name its calls go to (vLLM; see versions.py)
+                "served_versions": dict(versions.newest)}
 
-    async def models(request: Request, rollout_id: str | None = None):
+    async def models(request: Request, rollout_id: str | None = None, mode: str | None = None):
         check_auth(request, keys)
         try:
             resp = await state["http"].get(f"{upstream}/models")
@@ -185,37 +200,42 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
         return Response(resp.content, status_code=resp.status_code,
                         media_type=resp.headers.get("content-type"))
 
-    async def chat(request: Request, rollout_id: str | None = None):
-        return await _call(request, "chat", "/chat/completions", rollout_id)
+    async def chat(request: Request, rollout_id: str | None = None, mode: str | None = None):
+        return await _call(request, "chat", "/chat/completions", rollout_id, mode)
 
-    async def completions(request: Request, rollout_id: str | None = None):
-        return await _call(request, "completion", "/completions", rollout_id)
+    async def completions(request: Request, rollout_id: str | None = None,
+                          mode: str | None = None):
+        return await _call(request, "completion", "/completions", rollout_id, mode)
 
-    for prefix in ("", "/rollouts/{rollout_id}"):
+    for prefix in ("", "/rollouts/{rollout_id}", "/rollouts/{rollout_id}/{mode}"):
         app.add_api_route(f"{prefix}/v1/models", models, methods=["GET"])
         app.add_api_route(f"{prefix}/v1/chat/completions", chat, methods=["POST"])
         app.add_api_route(f"{prefix}/v1/completions", completions, methods=["POST"])
 
-    async def _call(request: Request, kind: str, path: str, path_rollout: str | None):
+    async def _call(request: Request, kind: str, path: str, path_rollout: str | None,
+                    path_mode: str | None):
         check_auth(request, keys)
-        ids = call_ids(request.headers, path_rollout)
+        ids = call_ids(request.headers, path_rollout, path_mode)
         recorder.check_room()  # before the upstream: its answer could not be recorded now
         body = await read_json_body(request, gw.max_body_bytes, gw.max_json_depth)
         validate_call(kind, body)
+        body = capture.with_temperature(body, forced.get(ids.mode), gw.default_temperature)
         # Refuse now (413, 503) what could not be recorded, not after the upstream worked.
         state["pub"].admit(settings.topics.spans, capture.request_bytes(kind, body))
         ask = gw.request_token_ids and not state.get("upstream_refuses_token_ids")
-        sent = capture.prepare_request(kind, body, ask)
+        served = versions.pick(body.get("model"))  # vLLM: the newest `<model>-v<N>`
+        forwarded = body if served is None else {**body, "model": served}
+        sent = capture.prepare_request(kind, forwarded, ask)
         span_id, start = new_id(8), time.time_ns()
         out_headers = {"x-rollout-id": ids.rollout_id, "x-span-id": span_id}
         try:
             resp = await _send(sent, path, bool(body.get("stream")))
-            if ask and sent != body and resp.status_code == 400 and \
+            if ask and sent != forwarded and resp.status_code == 400 and \
                     await _refuses_our_fields(resp):
                 # An upstream that rejects return_token_ids (OpenAI itself, strict servers):
                 # remember it and send the client's body unchanged from now on.
                 state["upstream_refuses_token_ids"] = True
-                resp = await _send(body, path, bool(body.get("stream")))
+                resp = await _send(forwarded, path, bool(body.get("stream")))
         except httpx.HTTPError as exc:
             message = f"upstream {upstream} unreachable: {exc!r}"
             _record(ids, span_id, start, kind, body, None, None, 502, message)
@@ -323,6 +343,11 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
                              f"{exc!r}"
         attrs.update({"http.status_code": str(status), "gateway.endpoint": kind,
                       "stream": str(bool(body.get("stream"))).lower()})
+        temperature = capture.temperature_attribute(body)
+        if temperature is not None:
+            attrs[TEMPERATURE_ATTRIBUTE] = temperature
+        if ids.mode is not None:
+            attrs[MODE_ATTRIBUTE] = ids.mode
         if ids.generated:
             attrs["rollout_id_generated"] = "true"
         span = new_span(

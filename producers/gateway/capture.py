@@ -4,7 +4,9 @@ Field names follow vLLM's OpenAI server: with `return_token_ids` a response carr
 `choices[i].token_ids` and `prompt_token_ids` (top level for chat, per choice for completions);
 logprobs are `choices[i].logprobs.content[j].logprob` (chat) or
 `choices[i].logprobs.token_logprobs` (completions). The policy version comes from a
-`policy_version` response field or the `X-Policy-Version` header. A stream is assembled chunk
+`policy_version` response field or the `X-Policy-Version` header (the embedded engine), or else
+from the response's `model` when it is the versioned name of the requested one (`policy-v12`
+for `policy`: vLLM, see producers/gateway/versions.py); the span's model is the requested name. A stream is assembled chunk
 by chunk into the same shape as a non-streamed response, so one function records both; a
 stream is complete once it sent `[DONE]` or a finish reason, and an event that is not an
 OpenAI chunk is an error of the span, never an exception in the relay.
@@ -16,6 +18,7 @@ import json
 from typing import Any
 
 from producers.records import llm_part
+from tracetrain import served_names
 
 
 def prepare_request(kind: str, body: dict, ask_token_ids: bool) -> dict:
@@ -31,6 +34,26 @@ def prepare_request(kind: str, body: dict, ask_token_ids: bool) -> dict:
     return out
 
 
+def with_temperature(body: dict, forced: float | None, default: float) -> dict:
+    """The body with the temperature the engine is to sample at: `forced` (a rollout mode's)
+    over the client's, the client's, or `default` when it gives none (sent explicitly, so the
+    span records what the engine used, whatever its own default)."""
+    if forced is not None:
+        return {**body, "temperature": forced}
+    if body.get("temperature") is None:
+        return {**body, "temperature": default}
+    return body
+
+
+def temperature_attribute(body: dict) -> str | None:
+    """The span attribute of the body's temperature; None for a value that is not a number
+    (the engine refuses such a call, and its span is an error span)."""
+    value = body.get("temperature")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return repr(float(value))
+
+
 def _sent(kind: str, request: dict):
     return request.get("messages", []) if kind == "chat" else request.get("prompt", "")
 
@@ -44,7 +67,7 @@ def request_bytes(kind: str, request: dict) -> int:
     return size
 
 
-def _policy_version(resp: dict, header: str | None) -> int | None:
+def _policy_version(resp: dict, header: str | None, version_of_model: int | None) -> int | None:
     for value in (resp.get("policy_version"), header):
         if value is None:
             continue
@@ -52,7 +75,7 @@ def _policy_version(resp: dict, header: str | None) -> int | None:
             return int(value)
         except (TypeError, ValueError):
             continue
-    return None
+    return version_of_model
 
 
 def _logprobs(kind: str, choice: dict) -> list[float]:
@@ -82,9 +105,13 @@ def llm_from_response(kind: str, request: dict, resp: dict,
         attrs["choices"] = str(len(choices))
     prompt_ids = resp.get("prompt_token_ids") or choice.get("prompt_token_ids") or []
     usage = resp.get("usage") or {}
+    model = str(resp.get("model") or request.get("model") or "")
+    version_of_model = served_names.version_of(str(request.get("model")), model)
+    if version_of_model is not None:
+        model = str(request["model"])
     llm = llm_part(
-        model=str(resp.get("model") or request.get("model") or ""),
-        policy_version=_policy_version(resp, policy_header),
+        model=model,
+        policy_version=_policy_version(resp, policy_header, version_of_model),
         request_messages=json.dumps(sent),
         response_text=text,
         prompt_token_ids=prompt_ids,

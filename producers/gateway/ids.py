@@ -1,9 +1,12 @@
-"""Who a call belongs to: rollout, attempt, task and agent ids from the request.
+"""Who a call belongs to: rollout, attempt, task and agent ids from the request, and the
+rollout's mode.
 
 Sources, first match wins: the path prefix `/rollouts/{rollout_id}/v1/...` (for clients that
 cannot set headers), then `X-Rollout-Id`, `X-Attempt-Id`, `X-Task-Id`, `X-Agent-Name`,
 `X-Policy-Name`, `X-Parent-Span-Id`; a call without a rollout id gets a generated one, which
-the gateway returns in the `X-Rollout-Id` response header.
+the gateway returns in the `X-Rollout-Id` response header. The mode (`train` or `val`) comes
+from the path prefix `/rollouts/{rollout_id}/{mode}/v1/...`, then `X-Rollout-Mode`; none is
+production traffic, forwarded as sent.
 """
 
 from __future__ import annotations
@@ -13,12 +16,14 @@ from dataclasses import dataclass
 
 from producers.records import new_id, new_rollout_id
 from tracetrain.errors import BadRequest
+from tracetrain.modes import ROLLOUT_MODES, one_of
 
 # Ids travel as Kafka keys and into file names downstream: keep them plain and bounded.
 ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 HEADERS = {"rollout_id": "x-rollout-id", "attempt_id": "x-attempt-id", "task_id": "x-task-id",
            "agent_name": "x-agent-name", "policy_name": "x-policy-name",
            "parent_id": "x-parent-span-id", "trace_id": "x-trace-id"}
+MODE_HEADER = "x-rollout-mode"
 
 
 class BadIdHeader(BadRequest):
@@ -35,6 +40,7 @@ class CallIds:
     agent_name: str = ""
     policy_name: str | None = None
     parent_id: str | None = None
+    mode: str | None = None  # tracetrain.modes.RolloutMode, or None (production traffic)
 
 
 def _checked(name: str, value) -> str:
@@ -61,7 +67,21 @@ def check_span_ids(span: dict, where: str) -> None:
             _checked(f"{where} {field}", span[field])
 
 
-def call_ids(headers, path_rollout_id: str | None) -> CallIds:
+def rollout_mode(headers, path_mode: str | None) -> str | None:
+    """The call's mode from the path segment or `X-Rollout-Mode`; a 400 naming an unknown one."""
+    value, where = (path_mode, "path rollout mode") if path_mode is not None else \
+        (headers.get(MODE_HEADER), "X-Rollout-Mode")
+    if value is None:
+        return None
+    mode = value.strip().lower()
+    if mode not in ROLLOUT_MODES:
+        shown = value if len(value) <= 40 else value[:40] + "..."
+        raise BadIdHeader(f"{where} {shown!r} is not a rollout mode: expected "
+                          f"{one_of(ROLLOUT_MODES)}")
+    return mode
+
+
+def call_ids(headers, path_rollout_id: str | None, path_mode: str | None = None) -> CallIds:
     found: dict[str, str | None] = {}
     for field, header in HEADERS.items():
         value = headers.get(header)
@@ -73,5 +93,6 @@ def call_ids(headers, path_rollout_id: str | None) -> CallIds:
     return CallIds(
         rollout_id=rollout or new_rollout_id(), generated=generated,
         trace_id=found.pop("trace_id") or new_id(16),
-        agent_name=found.pop("agent_name") or "", **found,
+        agent_name=found.pop("agent_name") or "", mode=rollout_mode(headers, path_mode),
+        **found,
     )

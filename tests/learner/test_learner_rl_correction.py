@@ -76,6 +76,20 @@ def test_learner_scores_at_the_transitions_sampling_temperature(tiny_model_dir, 
     assert not torch.allclose(at_half, at_one, atol=1e-2)
 
 
+def test_greedy_calls_are_scored_at_temperature_one_never_divided_by_zero(tiny_model_dir,
+                                                                          tmp_path):
+    # Temperature 0 is greedy (both engines; vLLM below 1e-5): scored under the unscaled
+    # distribution the engines report greedy logprobs of, and trainable (finite loss).
+    policy = _policy(tiny_model_dir, tmp_path, lr=1e-6)
+    plain = make_transition(0, response=[410, 411, 2])
+    (at_one,) = _learner_logps(policy, [plain])
+    for greedy in (0.0, 1e-7):
+        (got,) = _learner_logps(policy, [dict(plain, sampling_temperature=greedy)])
+        assert torch.allclose(got, at_one, atol=1e-5), (greedy, got, at_one)
+    row = dict(plain, sampling_temperature=1e-7, behaviour_logprobs=at_one.tolist())
+    assert math.isfinite(policy.train_step([row], [1.0], [1.0])["loss"])
+
+
 @pytest.mark.parametrize("normalisation, expected", [("rollout", 0.0), ("call", -0.5)])
 def test_loss_weighs_each_rollout_once(tiny_model_dir, tmp_path, normalisation, expected):
     # Rollout A: three calls at advantage +1; rollout B: one call at -1. On-policy (ratio 1) the

@@ -156,3 +156,48 @@ def test_upstream_refusing_token_ids_is_retried_plain(gateway):
     spans = _spans(settings, pub, 2)
     assert all(s["status"] == "ok" and s["llm"]["response_token_ids"] == [] for s in spans)
     assert all(s["llm"]["response_text"] == "Hello from the fixed upstream." for s in spans)
+
+
+def test_rollout_modes_force_the_temperature_the_engine_gets_and_the_span_records(
+        make_gateway, upstream):
+    url, settings, pub = make_gateway(train_temperature=0.8)
+    received = upstream.app.state.received
+    received.clear()
+    msgs = [{"role": "user", "content": "hi"}]
+    # train (header) over the client's 0.2; val (path segment, streamed) over 0.9; no mode:
+    # as sent, and the engines' default 1.0 sent explicitly when the client gives none.
+    _client(url, default_headers={"X-Rollout-Id": "ro-train", "X-Rollout-Mode": "Train"}) \
+        .chat.completions.create(model="fixed-model", messages=msgs, temperature=0.2)
+    val = openai.OpenAI(base_url=url + "/rollouts/ro-val/val/v1", api_key="key-1", max_retries=0)
+    assert "".join(c.choices[0].delta.content or "" for c in val.chat.completions.create(
+        model="fixed-model", messages=msgs, temperature=0.9, stream=True) if c.choices)
+    plain = _client(url)
+    plain.chat.completions.create(model="fixed-model", messages=msgs, temperature=0.3,
+                                  extra_headers={"X-Rollout-Id": "ro-sent"})
+    plain.completions.create(model="fixed-model", prompt="Capital?",
+                             extra_headers={"X-Rollout-Id": "ro-default"})
+    assert [b["temperature"] for b in received] == [0.8, 0.0, 0.3, 1.0]
+    spans = {s["rollout_id"]: s["attributes"] for s in _spans(settings, pub, 4)}
+    assert {r: (a["gen_ai.request.temperature"], a.get("tracetrain.rollout_mode"))
+            for r, a in spans.items()} == {"ro-train": ("0.8", "train"), "ro-val": ("0.0", "val"),
+                                           "ro-sent": ("0.3", None),
+                                           "ro-default": ("1.0", None)}
+
+
+def test_an_unknown_rollout_mode_is_a_400_naming_it_and_the_modes(gateway, upstream):
+    url, settings, pub = gateway
+    upstream.app.state.received.clear()
+    auth = {"Authorization": "Bearer key-1"}
+    body = {"model": "fixed-model", "messages": [{"role": "user", "content": "x"}]}
+    by_header = httpx.post(url + "/v1/chat/completions", json=body,
+                           headers={**auth, "X-Rollout-Mode": "eval"})
+    by_path = httpx.post(url + "/rollouts/ro-1/greedy/v1/completions", headers=auth,
+                         json={"model": "fixed-model", "prompt": "x"})
+    for resp, value in ((by_header, "'eval'"), (by_path, "'greedy'")):
+        assert resp.status_code == 400, resp.text
+        message = resp.json()["error"]["message"]
+        assert value in message and "train or val" in message, message
+    assert upstream.app.state.received == []  # nothing forwarded
+    assert pub.flush(20) == 0
+    assert consume(settings.kafka.bootstrap_servers, settings.topics.spans, 1,
+                   timeout_s=3, settle_s=0.5) == []

@@ -9,11 +9,14 @@ import random
 
 import pytest
 
-from streams.cleaning import NO_TOKEN_IDS
-from streams.close_rules import plan_close
+from streams.cleaning import BAD_TEMPERATURE, NO_TOKEN_IDS
+from streams.close_rules import ClosePlan, plan_close
 from streams.join_core import RolloutJoin, record_problem
 from streams.positions import STALL_S, ReadPositions
+from streams.rollout import Rollout
 from testkit.workload import _llm_span, _tool_span
+from tracetrain.records import MODE_ATTRIBUTE as MODE
+from tracetrain.records import TEMPERATURE_ATTRIBUTE as TEMPERATURE
 from tracetrain.settings.streams import StreamsSettings
 
 END = "tracetrain.rollout_end"
@@ -255,3 +258,44 @@ def test_a_partition_with_records_left_and_none_read_for_a_while_is_stalled():
     assert positions.restart_offset("spans", 0) is None
     assert positions.restart_offset("spans", 1) == 4  # nothing read: from the committed offset
     assert positions.unread("spans", 1) == 6 and positions.unread("rewards", 1) is None
+
+
+def test_the_sampling_temperature_of_each_call_reaches_its_transition():
+    core = RolloutJoin(StreamsSettings())
+    spans = [llm(sid="s1", start=1, **{TEMPERATURE: "0.7"}), llm(sid="s2", start=2),
+             llm(sid="s3", start=3, **{TEMPERATURE: "0.0"})]
+    for i, span in enumerate(spans):
+        assert core.span(span, 0, i + 1, 1.0).new_call == span["span_id"]
+    state = core.reward(reward(), 0, 9, 1.0).state
+    state = Rollout.from_bytes(state.to_bytes())  # as the table stores and restores it
+    transitions = plan_close(state, "final", core.cfg, "spans", "air").transitions
+    # Greedy stays 0 here (the learner decides how to score it); unrecorded is None.
+    assert [t["sampling_temperature"] for t in transitions] == [0.7, None, 0.0]
+
+
+def test_a_call_with_a_temperature_that_is_not_a_number_is_dead_lettered_not_trained():
+    core = RolloutJoin(StreamsSettings())
+    for bad in ("hot", "-1", "nan", "inf"):
+        applied = core.span(llm(sid=f"s-{bad}", **{TEMPERATURE: bad}), 0, 1, 1.0)
+        assert applied.changed and applied.new_call is None
+        [(reason, detail)] = applied.dead
+        assert reason == BAD_TEMPERATURE and repr(bad) in detail and ">= 0" in detail
+
+
+def test_val_calls_never_become_transitions_and_a_val_rollout_leaves_no_dead_letter():
+    core = RolloutJoin(StreamsSettings(idle_timeout_s=1.0))
+    val = core.span(llm(sid="v1", **{MODE: "val", TEMPERATURE: "0.0"}), 0, 1, 1.0)
+    assert val.changed and val.val and val.new_call is None and val.dead == []
+    train = core.span(llm(sid="t1", start=2, **{MODE: "train"}), 0, 2, 1.0)
+    assert not train.val and train.new_call == "t1"
+    state = core.reward(reward(), 0, 3, 1.0).state
+    assert state.val_calls == 1
+    [transition] = plan_close(state, "final", core.cfg, "spans", "air").transitions
+    assert transition["span_id"] == "t1"
+    # A rollout of val traffic alone that never gets a reward times out quietly.
+    alone = core.span(llm(rid="rv", sid="v2", **{MODE: "val"}), 0, 4, 1.0).state
+    assert plan_close(alone, "timeout", core.cfg, "spans", "air") == ClosePlan()
+    # ...while any other rollout that times out is still dead-lettered.
+    other = core.span(llm(rid="ro", sid="o1"), 0, 5, 1.0).state
+    assert [d.reason for d in plan_close(other, "timeout", core.cfg, "spans",
+                                         "air").dead_letters] == ["rollout_timeout"]

@@ -114,6 +114,20 @@ class GatewaySettings(BaseModel):
         True, description="Ask upstream for return_token_ids and logprobs (vLLM, our engine)."
     )
     start_timeout_s: float = Field(60.0, gt=0, description="`up` waits this long for /healthz.")
+    versions_refresh_s: float = Field(
+        1.0, gt=0, description="How often the gateway reads the upstream's model list for "
+        "versioned adapter names (`policy-v<N>`, loaded by the reloader into vLLM, which "
+        "reports no policy version): a call for `policy` goes to the newest, and its span gets "
+        "that version. A new version reaches spans within this time of its load.")
+    train_temperature: float = Field(
+        1.0, ge=0, allow_inf_nan=False, description="Sampling temperature forced on `train` "
+        "traffic (X-Rollout-Mode: train): the learner scores what it trains on at the "
+        "temperature it was sampled at, and 1.0 is the policy's own distribution.")
+    default_temperature: float = Field(
+        1.0, ge=0, allow_inf_nan=False, description="Temperature sent upstream for a request "
+        "that gives none, so the temperature recorded on its span is the one the engine used: "
+        "1.0 is the default of the embedded engine, of OpenAI and of vLLM (unless the model's "
+        "generation_config sets another, which this overrides).")
 
     def keys_required(self) -> bool:
         return self.auth == "on" or (self.auth == "auto" and not is_loopback(self.host))
