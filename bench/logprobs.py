@@ -3,13 +3,16 @@
     .venv/bin/python -m bench.logprobs [--prompts 8] [--tokens 40]
 
 For each type the engine can serve (`q4_1`: the default model's shipped file; `f32`: its dense
-copy, the learner's own numbers), llama-server samples `--tokens` tokens at temperature 1 for
-chat prompts of the calc task, through exactly the request the engine sends (serving/engine/
+copy, the learner's own numbers), llama-server samples `--tokens` tokens at each of
+`--temperatures` (1.0, the `train` mode's, and 0.3, the demo agents') for chat prompts of the
+calc task, through exactly the request and parsing the engine uses (serving/engine/
 generation.py). The learner's model (transformers, float32, the weights the learner trains)
-recomputes each sampled token's logprob on the same ids. Per type: mean and max absolute gap
-per token, the spread (standard deviation) of the per-token importance ratio
-exp(learner - engine) that RL's correction sees, and output tokens/s at 8 concurrent requests.
-Last line, JSON: {"<type>": {...}, "default": settings' choice}.
+recomputes each sampled token's logprob on the same ids at the same temperature, as the learner
+scores a transition at its recorded temperature. Per type and temperature: mean and max
+absolute gap per token, the spread (standard deviation) of the per-token importance ratio
+exp(learner - engine) that RL's correction sees; per type, output tokens/s at 8 concurrent
+requests. Last line, JSON: {"<type>": {"t<temperature>": {...}, "tokens_per_s_8": ...},
+"default": settings' choice}.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from bench.llama import bare_completion, throughput, token_prompts
 from examples.calc.agent import SYSTEM_PROMPT
 from examples.calc.problems import generate
-from serving.engine.generation import GenRequest, completion_body
+from serving.engine.generation import GenRequest, GenResult, completion_body
 from serving.llamacpp.build import find_server
 from serving.llamacpp.server import LlamaServer
 from serving.llamacpp.weights import base_gguf
@@ -35,10 +38,28 @@ from tracetrain.modes import ENGINE_WEIGHTS
 from tracetrain.settings import load_settings
 
 
+def _gaps(server: LlamaServer, model, prompts: list, tokens: int, temperature: float) -> dict:
+    gaps, ratios = [], []
+    for at, prompt in enumerate(prompts):
+        reply = server.complete(completion_body(GenRequest(
+            prompt_ids=list(prompt), max_tokens=tokens, temperature=temperature, seed=at)))
+        served = GenResult()
+        served.add(reply, 0)
+        assert len(served.logprobs) == len(served.token_ids), "logprobs do not line up"
+        learner = token_logprobs(model, prompt, served.token_ids, temperature)
+        for engine_lp, learner_lp in zip(served.logprobs, learner, strict=True):
+            gaps.append(abs(engine_lp - learner_lp))
+            ratios.append(math.exp(learner_lp - engine_lp))
+    return {"mean_abs_logprob_gap": round(statistics.fmean(gaps), 4),
+            "max_abs_logprob_gap": round(max(gaps), 4),
+            "ratio_std": round(statistics.pstdev(ratios), 4), "tokens": len(gaps)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=40)
+    parser.add_argument("--temperatures", type=float, nargs="+", default=[1.0, 0.3])
     args = parser.parse_args()
     settings = load_settings()
     model_dir = resolve_base_model(settings.base_model, settings.home_dir)
@@ -53,23 +74,10 @@ def main() -> None:
         gguf = base_gguf(model_dir, weights)
         with LlamaServer(find_server(), gguf, slots=8, context=1024,
                          threads=settings.engine.threads) as server:
-            gaps, ratios = [], []
-            for at, prompt in enumerate(prompts):
-                body = completion_body(GenRequest(prompt_ids=list(prompt), max_tokens=args.tokens,
-                                                  temperature=1.0, seed=at))
-                reply = server.complete(body)
-                tokens = reply["tokens"]
-                served = [float(p["logprob"]) for p in reply["completion_probabilities"]]
-                assert len(served) == len(tokens), "logprobs do not line up with tokens"
-                for engine_lp, learner_lp in zip(served, token_logprobs(model, prompt, tokens),
-                                                 strict=True):
-                    gaps.append(abs(engine_lp - learner_lp))
-                    ratios.append(math.exp(learner_lp - engine_lp))
+            out[weights] = {f"t{t}": _gaps(server, model, prompts, args.tokens, t)
+                            for t in args.temperatures}
             rate = throughput(bare_completion(server.url, 48), token_prompts(16, 128, 3), 8)
-        out[weights] = {"mean_abs_logprob_gap": round(statistics.fmean(gaps), 4),
-                        "max_abs_logprob_gap": round(max(gaps), 4),
-                        "ratio_std": round(statistics.pstdev(ratios), 4),
-                        "tokens": len(gaps), "tokens_per_s_8": round(rate, 1)}
+        out[weights]["tokens_per_s_8"] = round(rate, 1)
         print(f"{weights}: {out[weights]}", flush=True)
     print(json.dumps({**out, "default": settings.engine.weights}))
 

@@ -85,13 +85,15 @@ def register_version(tracking_uri: str, model_name: str, folder: Path,
     return int(version.version)
 
 
-def token_logprobs(model, prompt_ids: list[int], token_ids: list[int]) -> list[float]:
+def token_logprobs(model, prompt_ids: list[int], token_ids: list[int],
+                   temperature: float = 1.0) -> list[float]:
     """The learner's view of a response: each token's logprob under one forward pass of
-    `model` (a transformers causal LM) on prompt + response, what the engine's must match."""
+    `model` (a transformers causal LM) on prompt + response, its logits divided by the
+    sampling temperature, what the engine's must match."""
     import torch
 
     ids = torch.tensor([list(prompt_ids) + list(token_ids)])
     with torch.inference_mode():
         logits = model(input_ids=ids).logits[0].float()
-    logprobs = torch.log_softmax(logits[len(prompt_ids) - 1:-1], dim=-1)
+    logprobs = torch.log_softmax(logits[len(prompt_ids) - 1:-1] / temperature, dim=-1)
     return logprobs.gather(1, torch.tensor(token_ids)[:, None])[:, 0].tolist()

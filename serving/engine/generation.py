@@ -5,12 +5,16 @@ The prompt travels as token ids (the policy's own tokenizer and chat template ma
 the ids the learner trains on are exactly those the engine conditioned on. Sampling is the
 engine's own contract, not llama-server's defaults: temperature then nucleus (top_p), nothing
 else (llama-server would add top_k=40, min_p=0.05 and more). Reported logprobs are those of the
-model itself (`post_sampling_probs` off: log-softmax of the raw logits over the whole
-vocabulary) for the sampled token, what a forward pass of the same weights gives.
+distribution the token was sampled from: llama-server's post-sampling probabilities, the
+softmax of logits / temperature over the whole vocabulary (top_p 1, the default, truncates
+nothing), what the learner's forward pass divided by the recorded temperature gives. A greedy
+call (temperature 0) reports the raw model's, log-softmax of the logits (post-sampling, its
+one candidate would have probability 1), what the learner scores greedy transitions at.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -44,9 +48,10 @@ class GenResult:
         """Take one llama-server answer (or streamed chunk): its tokens and their logprobs."""
         self.token_ids.extend(piece.get("tokens") or [])
         for entry in piece.get("completion_probabilities") or []:
-            self.logprobs.append(float(entry["logprob"]))
-            self.top_logprobs.append([(int(t["id"]), float(t["logprob"]))
-                                      for t in entry.get("top_logprobs", [])[:top]])
+            self.logprobs.append(_logprob(entry))
+            self.top_logprobs.append([(int(t["id"]), _logprob(t)) for t in
+                                      (entry.get("top_logprobs") or entry.get("top_probs")
+                                       or [])[:top]])
         self.text += piece.get("content") or ""
         if piece.get("stop") and piece.get("stop_type"):
             self.finish_reason = _FINISH.get(piece["stop_type"], "stop")
@@ -56,12 +61,22 @@ class GenResult:
             del self.token_ids[len(self.logprobs):]
 
 
+def _logprob(entry: dict) -> float:
+    """llama-server gives `logprob` for raw-model probabilities, `prob` for post-sampling ones."""
+    if "logprob" in entry:
+        return float(entry["logprob"])
+    prob = float(entry["prob"])
+    # a probability that underflowed to 0 is -inf: the learner dead-letters non-finite logprobs
+    return math.log(prob) if prob > 0 else -math.inf
+
+
 def completion_body(req: GenRequest, stream: bool = False) -> dict:
     body = {"prompt": req.prompt_ids, "n_predict": req.max_tokens,
             "temperature": req.temperature, "top_p": req.top_p, "top_k": 0, "min_p": 0.0,
             "samplers": ["temperature", "top_p"],
             # one probability is the sampled token's own; more are the alternatives asked for
-            "n_probs": max(1, req.top_logprobs), "post_sampling_probs": False,
+            "n_probs": max(1, req.top_logprobs),
+            "post_sampling_probs": req.temperature > 0,
             "return_tokens": True, "cache_prompt": True, "stream": stream}
     if req.stop:
         body["stop"] = req.stop

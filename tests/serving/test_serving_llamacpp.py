@@ -122,3 +122,39 @@ def test_served_adapter_gives_the_logprobs_peft_computes(base_model_dir, tmp_pat
     without = torch.log_softmax(plain[len(prompt) - 1:-1], -1).gather(
         1, torch.tensor(tokens)[:, None])[:, 0].tolist()
     assert max(abs(a - b) for a, b in zip(without, expected, strict=True)) > 0.3
+
+
+def test_sampled_logprobs_are_those_of_the_temperature_sampled_at(base_model_dir):
+    """At temperature T the engine reports log-softmax(logits / T), the distribution it sampled
+    from and the one the learner scores a transition recorded at T with; greedy reports the raw
+    model's. Before, every call reported temperature 1's, whatever it was sampled at."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from serving.engine.generation import GenRequest, GenResult, completion_body
+    from serving.llamacpp.server import LlamaServer
+    from serving.llamacpp.weights import base_gguf
+    from testkit.serving import token_logprobs
+
+    tokenizer = AutoTokenizer.from_pretrained(base_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(base_model_dir, dtype=torch.float32).eval()
+    prompt = list(tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Write one sentence about the sea."}],
+        add_generation_prompt=True, return_dict=True)["input_ids"])
+    with LlamaServer(build.find_server(), base_gguf(base_model_dir, "f32"), slots=1,
+                     context=512) as server:
+        for temperature in (0.5, 0.0):
+            served = GenResult()
+            served.add(server.complete(completion_body(GenRequest(
+                prompt_ids=prompt, max_tokens=24, temperature=temperature, seed=7,
+                top_logprobs=2))), 2)
+            assert len(served.logprobs) == len(served.token_ids) >= 8
+            scored_at = temperature or 1.0
+            at_t = token_logprobs(model, prompt, served.token_ids, scored_at)
+            gaps = [abs(a - b) for a, b in zip(served.logprobs, at_t, strict=True)]
+            assert max(gaps) < 0.03, (temperature, gaps)
+            # the alternatives come from the same distribution: the best is at least as likely
+            assert all(top[0][1] >= lp - 1e-6 for top, lp in
+                       zip(served.top_logprobs, served.logprobs, strict=True))
+            if temperature:
+                at_1 = token_logprobs(model, prompt, served.token_ids, 1.0)
+                assert max(abs(a - b) for a, b in zip(at_1, at_t, strict=True)) > 0.3
