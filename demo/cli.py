@@ -71,6 +71,9 @@ def eval_command(
     n: int = typer.Option(200, min=1, help="Generated problems (ignored with --problems)."),
     seed: int = typer.Option(None, help="Seed of the generated problems (default: the demo's "
                              "held-out seed, never trained on)."),
+    split: str = typer.Option("heldout", help="Phrasings of generated calc problems: heldout "
+                              "(scenarios and question forms the demo's traffic never uses) or "
+                              "train (those it trains on)."),
     version: str = typer.Option(None, help="A registered version number, or `base`."),
     alias: str = typer.Option(None, help="A registry alias instead of a version "
                               f"({', '.join(REGISTRY_ALIASES)})."),
@@ -82,8 +85,12 @@ def eval_command(
     last: task, version, n, accuracy."""
     from demo import evaluate
     from demo.tasks import get_task
+    from examples.calc.phrasings import SPLITS
     from tracetrain.settings import get_settings
 
+    if split not in SPLITS:
+        raise typer.BadParameter(f"{split!r}: expected one of {', '.join(SPLITS)}",
+                                 param_hint="--split")
     if version is not None and alias is not None:
         raise typer.BadParameter("give --version or --alias, not both", param_hint="--alias")
     if version not in (None, "base") and not version.isdigit():
@@ -98,7 +105,7 @@ def eval_command(
     folder = settings.home_dir / "eval"
     try:
         items = chosen.read(Path(problems)) if problems else chosen.problems(
-            n, evaluate.HELD_OUT_SEED if seed is None else seed, folder)
+            n, evaluate.HELD_OUT_SEED if seed is None else seed, folder, split=split)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--problems") from exc
     number = int(version) if version not in (None, "base") else None

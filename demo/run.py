@@ -81,11 +81,13 @@ def demo_settings(settings: Settings, opts: DemoOptions, task: Task, run_id: str
                                        "topics": topic_cfg, "gateway": gateway})
 
 
-def _base_cache_key(settings: Settings, task: Task, opts: DemoOptions) -> str:
+def _base_cache_key(settings: Settings, task: Task, problems: list) -> str:
     agent = json.dumps([calc_agent.SYSTEM_PROMPT, calc_agent.DEMONSTRATION, task.max_tokens])
     if task.front_end != "openai":
-        agent += f"|{task.front_end}"  # keeps the keys of earlier plain-agent runs
-    raw = f"{settings.base_model}|{task.name}|{evaluate.HELD_OUT_SEED}|{opts.n_eval}|{agent}"
+        agent += f"|{task.front_end}"
+    # the questions themselves, not the seed and count: a changed generator is a new problem set
+    questions = hashlib.sha256(json.dumps([p.question for p in problems]).encode()).hexdigest()
+    raw = f"{settings.base_model}|{task.name}|{questions}|{agent}"
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
@@ -98,7 +100,8 @@ class DemoRun:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.started: list[str] = []  # process names this run started, stopped at the end
         self.engine_url = engine_url(self.settings)
-        self.heldout_problems = self.task.problems(opts.n_eval, evaluate.HELD_OUT_SEED, self.folder)
+        self.heldout_problems = self.task.problems(opts.n_eval, evaluate.HELD_OUT_SEED, self.folder,
+                                                   split="heldout")
 
     # -- the stack ----------------------------------------------------------------------------
     def _say(self, text: str) -> None:
@@ -144,7 +147,8 @@ class DemoRun:
 
     # -- evaluation ---------------------------------------------------------------------------
     def base_accuracy(self) -> tuple[float, bool]:
-        cache = self.settings.home_dir / "demo" / "base-eval" / f"{_base_cache_key(self.settings, self.task, self.opts)}.json"
+        key = _base_cache_key(self.settings, self.task, self.heldout_problems)
+        cache = self.settings.home_dir / "demo" / "base-eval" / f"{key}.json"
         if cache.is_file():
             return json.loads(cache.read_text())["accuracy"], True
         rewards = evaluate.with_progress(self.task, self.heldout_problems, f"{self.engine_url}/v1",

@@ -27,9 +27,12 @@ class Task:
     trained_agents: str | None  # regex for the streams' agent selection; None: all
     front_end: str = "openai"
 
-    def problems(self, n: int, seed: int, folder: Path) -> list[Any]:
+    def problems(self, n: int, seed: int, folder: Path, *, split: str) -> list[Any]:
+        """`split`: `train` for traffic, `heldout` for evaluation. Calc's held-out split has
+        phrasings that traffic never uses (examples/calc/phrasings.py); sql has one kind of
+        question, so its problems are held out by seed alone."""
         if self.name == "calc":
-            return calc_problems.generate(n, seed)
+            return calc_problems.generate(n, seed, split=split)
         return sql_databases.generate(n, seed, folder / f"sql-dbs-{seed}")
 
     def read(self, path: Path) -> list[Any]:

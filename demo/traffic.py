@@ -4,7 +4,8 @@ reward (which closes the rollout in the streams).
 
 Each training problem is solved `group_size` times under one task id, so the learner's
 `group` advantages (GRPO) compare rollouts of the same problem. Training problems come from
-`TRAIN_SEED` onwards, one seed per round, never from the held-out seed.
+`TRAIN_SEED` onwards, one seed per round, never from the held-out seed, and in the `train`
+split's phrasings (calc's held-out scenarios and question forms never reach traffic).
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ class Traffic:
         """(problem, task_id, seed) forever: each problem group_size times in a row."""
         for round_no in itertools.count():
             seed = TRAIN_SEED + round_no
-            for i, problem in enumerate(self.task.problems(ROUND, seed, self.folder)):
+            for i, problem in enumerate(self.task.problems(ROUND, seed, self.folder, split="train")):
                 for attempt in range(self.group_size):
                     yield problem, f"train-{seed}-{i}", (seed * 1000 + i) * 16 + attempt
 

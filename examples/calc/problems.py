@@ -1,11 +1,22 @@
-"""Seeded arithmetic word problems of graded difficulty, with exact integer answers.
+"""Seeded arithmetic word problems with one to three operations and exact integer answers,
+told in many phrasings, with the phrasings of a held-out split never used in training.
 
     from examples.calc.problems import generate
-    problems = generate(n=200, seed=1)      # list of Problem(question, answer, difficulty)
+    problems = generate(n=200, seed=1)                    # training traffic's phrasings
+    heldout = generate(n=200, seed=1, split="heldout")   # scenarios and questions never trained on
 
-Difficulty 1: one operation on two-digit numbers; 2: two operations, three-digit numbers;
-3: three operations with parentheses. Divisions are generated exact, so every answer is an
-integer. The same (n, seed) gives the same problems; held-out sets use seeds never trained on.
+Each Problem holds the question, its integer answer, its difficulty (the number of operations,
+1 to 3) and the expression that gives the answer (`calculator.evaluate(expression) == answer`,
+which the tests check). Most are small stories (examples/calc/phrasings.py: shopping, baking,
+a bus route, ...): an opening sentence, one sentence per further operation, a question, and in
+about a quarter of them a sentence with a number that plays no part (`Problem.distractor`).
+About one in seven is a bare expression ("What is (12 + 7) * 3?"). Operations are + - * / on non-negative integers, with
+every division exact and every result below 10**7.
+
+The `train` and `heldout` splits share no scenario family, question form, distractor sentence
+or bare-expression form, so held-out accuracy measures phrasings the agent never trained on,
+not only numbers; the split is part of the seed, so the two draw different numbers too. The
+same (n, seed, difficulties, split) gives the same problems.
 """
 
 from __future__ import annotations
@@ -15,21 +26,19 @@ import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from examples.calc.calculator import evaluate
+from examples.calc.phrasings import NAMES, PHRASINGS, SPLITS, Family
 from examples.errors import ExamplesError
 
-_TEMPLATES = {
-    "+": ["{who} has {a} {things} and gets {b} more. How many {things} does {who} have now?",
-          "What is {a} plus {b}?"],
-    "-": ["{who} had {a} {things} and gave away {b}. How many {things} are left?",
-          "What is {a} minus {b}?"],
-    "*": ["{who} buys {a} boxes with {b} {things} each. How many {things} in total?",
-          "What is {a} times {b}?"],
-    "/": ["{who} shares {a} {things} equally among {b} friends. How many does each get?",
-          "What is {a} divided by {b}?"],
-}
-_WHO = ["Ada", "Ben", "Chen", "Dara", "Eli", "Fatima", "Goran", "Hana"]
-_THINGS = ["apples", "marbles", "stamps", "coins", "books", "pencils"]
+BARE_SHARE = 0.15
+DISTRACTOR_SHARE = 0.25
+_INVERSE = {"+": "-", "-": "+", "*": "/", "/": "*"}
+_PRONOUNS = {"she": ("she", "her", "her", "herself"), "he": ("he", "him", "his", "himself")}
+# {times} and {nth} of the multipliers and divisors (2 to 12) in words
+_TIMES = {2: "twice", 3: "three times", 4: "four times", 5: "five times", 6: "six times",
+          7: "seven times", 8: "eight times", 9: "nine times", 10: "ten times",
+          11: "eleven times", 12: "twelve times"}
+_NTH = {2: "half", 3: "third", 4: "quarter", 5: "fifth", 6: "sixth", 7: "seventh", 8: "eighth",
+        9: "ninth", 10: "tenth", 11: "eleventh", 12: "twelfth"}
 
 
 @dataclass(frozen=True)
@@ -38,55 +47,118 @@ class Problem:
     answer: int
     difficulty: int
     expression: str
+    distractor: int | None = None  # the number in the question that plays no part
 
 
-def _operand(rng: random.Random, digits: int) -> int:
-    return rng.randint(10 ** (digits - 1), 10**digits - 1)
+@dataclass
+class _Chain:
+    """A left-to-right computation: its value so far, its expression, its later steps."""
+    value: int
+    expression: str
+    top: str | None  # the last operator applied, which decides whether a new one needs parentheses
+    top_operands: tuple[int, ...]  # its right-hand operands (both of an opening product)
+    steps: list[tuple[str, int]]  # (operator, operand) after the opening
+
+    def apply(self, op: str, n: int) -> None:
+        left = f"({self.expression})" if op in "*/" and self.top in ("+", "-") else self.expression
+        self.expression, self.top, self.top_operands = f"{left} {op} {n}", op, (n,)
+        self.value = {"+": self.value + n, "-": self.value - n, "*": self.value * n,
+                      "/": self.value // n}[op]
+        self.steps.append((op, n))
 
 
-def _single(rng: random.Random, digits: int) -> Problem:
-    op = rng.choice("+-*/")
-    a, b = _operand(rng, digits), _operand(rng, max(1, digits - (op in "*/")))
-    if op == "/":
-        a = a * b  # exact division
-    if op == "-" and b > a:
-        a, b = b, a
-    expression = f"{a} {op} {b}"
-    text = rng.choice(_TEMPLATES[op]).format(who=rng.choice(_WHO), things=rng.choice(_THINGS), a=a, b=b)
-    return Problem(text, int(evaluate(expression)), 1 if digits <= 2 else 2, expression)
+def _opening(rng: random.Random, kind: str) -> tuple[_Chain, dict]:
+    """The first quantity: a plain number, or a product or an exact share (one operation)."""
+    if kind == "start":
+        a = rng.randint(12, 400)
+        return _Chain(a, str(a), None, (), []), {"a": a}
+    if kind == "product":
+        a, b = rng.randint(2, 30), rng.randint(3, 60)
+        return _Chain(a * b, f"{a} * {b}", "*", (a, b), []), {"a": a, "b": b}
+    b, each = rng.randint(2, 12), rng.randint(5, 150)
+    return _Chain(each, f"{each * b} / {b}", "/", (b,), []), {"a": each * b, "b": b}
 
 
-def _compound(rng: random.Random, n_ops: int, digits: int) -> Problem:
-    while True:
-        terms = [str(_operand(rng, digits))]
-        for _ in range(n_ops):
-            terms += [rng.choice("+-*"), str(_operand(rng, digits))]
-        if n_ops >= 3:  # parenthesise the first operation
-            terms = ["(", *terms[:3], ")", *terms[3:]]
-        expression = " ".join(terms).replace("( ", "(").replace(" )", ")")
-        value = evaluate(expression)
-        if value.denominator == 1 and 0 <= value < 10**7:
-            return Problem(f"Compute {expression}.", int(value), min(3, n_ops), expression)
+def _step(rng: random.Random, chain: _Chain) -> None:
+    operands = {"+": range(2, 301), "-": range(1, min(chain.value - 1, 300) + 1),
+                "*": range(2, 10), "/": [d for d in range(2, 13) if chain.value % d == 0]}
+    # never the same operator twice running: with at least two templates per operator, no
+    # story then repeats a sentence ("gets 5 more. ... gets 7 more.")
+    if chain.steps:
+        del operands[chain.steps[-1][0]]
+    # nor a step that undoes the one before ("* 9 / 9"): it teaches nothing
+    undone = _INVERSE.get(chain.top)
+    if undone in operands:
+        operands[undone] = [n for n in operands[undone] if n not in chain.top_operands]
+    op = rng.choice([op for op, choices in operands.items() if choices])
+    chain.apply(op, rng.choice(operands[op]))
 
 
-def generate(n: int, seed: int, difficulties: tuple[int, ...] = (1, 2, 3)) -> list[Problem]:
-    """`n` problems cycling through `difficulties`, deterministic for `seed`."""
+def _chain(rng: random.Random, n_ops: int) -> tuple[_Chain, str, dict]:
+    kind = rng.choices(("start", "product", "share"), weights=(2, 1, 1))[0]
+    chain, numbers = _opening(rng, kind)
+    for _ in range(n_ops - (kind != "start")):
+        _step(rng, chain)
+    return chain, kind, numbers
+
+
+def _person(rng: random.Random) -> dict:
+    """The story's person, with pronouns, and another name for a distractor to mention."""
+    (who, pronoun), (other, _) = rng.sample(NAMES, 2)
+    he, him, his, self = _PRONOUNS[pronoun]
+    return {"who": who, "he": he, "He": he.capitalize(), "him": him, "his": his,
+            "His": his.capitalize(), "self": self, "other": other}
+
+
+def _story(rng: random.Random, family: Family, chain: _Chain, kind: str, numbers: dict,
+           person: dict, question_form: str) -> list[str]:
+    words = {**person, "unit": rng.choice(family.units)}
+    opening = {"start": family.starts, "product": family.products, "share": family.shares}[kind]
+    sentences, used = [rng.choice(opening).format(**words, **numbers)], []
+    for op, n in chain.steps:
+        unused = [template for template in family.steps(op) if template not in used]
+        used.append(rng.choice(unused))
+        in_words = {"times": _TIMES[n], "nth": _NTH[n]} if n in _TIMES else {}
+        sentences.append(used[-1].format(**words, n=n, **in_words))
+    ask = family.ask.format(**words)
+    sentences.append(question_form.format(Ask=ask, ask=ask[0].lower() + ask[1:],
+                                          tell=family.tell.format(**words)))
+    return sentences
+
+
+def _problem(rng: random.Random, n_ops: int, split: str) -> Problem:
+    phrasings = PHRASINGS[split]
+    chain, kind, numbers = _chain(rng, n_ops)
+    if rng.random() < BARE_SHARE:
+        question = rng.choice(phrasings.bare).format(expression=chain.expression)
+        return Problem(question, chain.value, n_ops, chain.expression)
+    family, person = rng.choice(phrasings.families), _person(rng)
+    sentences = _story(rng, family, chain, kind, numbers, person, rng.choice(phrasings.questions))
+    distractor = None
+    if rng.random() < DISTRACTOR_SHARE:
+        used = {int(token) for token in chain.expression.replace("(", " ").replace(")", " ").split()
+                if token.isdigit()}
+        distractor = rng.choice([k for k in range(3, 100) if k not in used])
+        # anywhere before the question, the opening included: the agent must not rely on position
+        sentences.insert(rng.randint(0, len(sentences) - 1),
+                         rng.choice(phrasings.distractors).format(**person, k=distractor))
+    return Problem(" ".join(sentences), chain.value, n_ops, chain.expression, distractor)
+
+
+def generate(n: int, seed: int, difficulties: tuple[int, ...] = (1, 2, 3),
+             split: str = "train") -> list[Problem]:
+    """`n` problems cycling through `difficulties` (numbers of operations), deterministic for
+    `seed`, in the phrasings of `split` (`train` for traffic, `heldout` for evaluation)."""
     if n < 0:
         raise ExamplesError(f"n={n}: expected a count >= 0")
     unknown = set(difficulties) - {1, 2, 3}
     if unknown or not difficulties:
         raise ExamplesError(f"difficulties {difficulties}: expected values among 1, 2, 3")
-    rng = random.Random(seed)
-    problems = []
-    for i in range(n):
-        level = difficulties[i % len(difficulties)]
-        if level == 1:
-            problems.append(_single(rng, 2))
-        elif level == 2:
-            problems.append(_single(rng, 3) if rng.random() < 0.5 else _compound(rng, 2, 2))
-        else:
-            problems.append(_compound(rng, 3, 2))
-    return problems
+    if split not in SPLITS:
+        raise ExamplesError(f"split {split!r}: expected one of {', '.join(SPLITS)}")
+    # the split is part of the seed, so a held-out set never repeats a training seed's numbers
+    rng = random.Random(f"{split}:{seed}")
+    return [_problem(rng, difficulties[i % len(difficulties)], split) for i in range(n)]
 
 
 def write_jsonl(problems: list[Problem], path: Path) -> None:

@@ -124,6 +124,10 @@ def test_eval_rejects_a_bad_version_and_a_missing_file(tmp_path):
     missing = subprocess.run([TRACETRAIN, "eval", "--problems", str(tmp_path / "none.jsonl")],
                              env=env, capture_output=True, text=True)
     assert missing.returncode == 2 and "does not exist" in _text(missing.stderr)
+    split = subprocess.run([TRACETRAIN, "eval", "--split", "test"], env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert split.returncode == 2 and "'test'" in _text(split.stderr), split.stderr
+    assert "--split" in _text(split.stderr) and "heldout" in _text(split.stderr)
     for command in ("eval", "demo"):  # AutoGen is a calc front end only; named before any work
         wrong = subprocess.run([TRACETRAIN, command, "--task", "sql", "--front-end", "autogen"],
                                env=env, capture_output=True, text=True, timeout=60)

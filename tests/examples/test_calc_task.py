@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from fractions import Fraction
 
 import pytest
 
 from examples.calc.calculator import CalculatorError, evaluate, format_number
-from examples.calc.problems import generate, read_jsonl, write_jsonl
+from examples.calc.phrasings import NAMES, PHRASINGS, UNITS
+from examples.calc.problems import Problem, generate, read_jsonl, write_jsonl
 from examples.calc.reward import final_answer, reward
 from examples.errors import ExamplesError
 
@@ -48,14 +51,120 @@ def test_format_number():
     assert format_number(Fraction(5, 2)) == "2.5"
 
 
-def test_generator_is_seeded_graded_and_exact():
-    first, again, other = generate(60, seed=7), generate(60, seed=7), generate(60, seed=8)
-    assert first == again and first != other
-    assert {p.difficulty for p in first} == {1, 2, 3}
+SPLITS = ("train", "heldout")
+# What varies within one phrasing: names, pronouns, units, and numbers in digits or in words.
+_FILLERS = [
+    (r"\b(" + "|".join(name for name, _ in NAMES) + r")\b", "NAME"),
+    (r"\b(" + "|".join(sorted(UNITS, key=len, reverse=True)) + r")\b", "UNIT"),
+    (r"\b([Hh]e|[Ss]he|him|[Hh]er|[Hh]is|himself|herself)\b", "PRONOUN"),
+    (r"\b(twice|(two|three|four|five|six|seven|eight|nine|ten|eleven|twelve) times|half|third|"
+     r"quarter|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth)\b", "WORDS"),
+    (r"\d+", "#"),
+]
+
+
+def _skeleton(question: str) -> str:
+    for pattern, placeholder in _FILLERS:
+        question = re.sub(pattern, placeholder, question)
+    return question
+
+
+def _numbers(text: str) -> Counter:
+    return Counter(int(token) for token in re.findall(r"\d+", text))
+
+
+@pytest.mark.parametrize("split", SPLITS)
+def test_generator_is_seeded_and_exact(split):
+    first, again = generate(300, seed=7, split=split), generate(300, seed=7, split=split)
+    assert first == again and first != generate(300, seed=8, split=split)
     for problem in first:
-        assert evaluate(problem.expression) == problem.answer
-        assert isinstance(problem.answer, int)
-    assert any("(" in p.expression for p in first if p.difficulty == 3)
+        assert isinstance(problem.answer, int) and 0 <= problem.answer < 10**7
+        assert evaluate(problem.expression) == problem.answer, problem
+    # the split is part of the seed: a held-out set never repeats a training seed's numbers
+    other = "train" if split == "heldout" else "heldout"
+    assert {p.expression for p in first}.isdisjoint(p.expression for p in generate(300, 7, split=other))
+
+
+@pytest.mark.parametrize("difficulties", [(1,), (2,), (3,), (1, 2, 3)])
+def test_difficulty_is_the_number_of_operations(difficulties):
+    problems = generate(300, seed=3, difficulties=difficulties, split="train")
+    assert {p.difficulty for p in problems} == set(difficulties)
+    for problem in problems:
+        assert len(re.findall(r"[-+*/]", problem.expression)) == problem.difficulty, problem
+    if max(difficulties) > 1:  # a sum or difference that is then multiplied needs parentheses
+        assert any("(" in p.expression for p in problems)
+
+
+@pytest.mark.parametrize("split", SPLITS)
+def test_questions_are_mostly_stories_in_many_phrasings(split):
+    problems = generate(2000, seed=11, split=split)
+    bare = [p for p in problems if p.question.rstrip(".?").endswith(p.expression)
+            or f" {p.expression} " in p.question]
+    assert 0.05 < len(bare) / len(problems) < 0.3
+    skeletons = {_skeleton(p.question) for p in problems}
+    assert len(skeletons) >= 100
+    # the story's numbers are the expression's: none dropped (but those said in words, which are
+    # multipliers and divisors) and none extra (but the distractor)
+    for problem in problems:
+        told = _numbers(problem.question) - Counter([problem.distractor] * (problem.distractor is not None))
+        unsaid = _numbers(problem.expression) - told
+        assert not told - _numbers(problem.expression), problem
+        assert all(n <= 12 for n in unsaid), problem
+
+
+def test_held_out_phrasings_never_reach_training():
+    # sentence by sentence: a family, question form or distractor that both splits used would
+    # show up as a shared sentence even where the rest of the question differs
+    sentences = {split: {_skeleton(sentence) for p in generate(2000, seed=5, split=split)
+                         for sentence in re.split(r"(?<=[.?]) ", p.question)}
+                 for split in SPLITS}
+    assert len(sentences["heldout"]) >= 50
+    assert sentences["train"].isdisjoint(sentences["heldout"]), \
+        sentences["train"] & sentences["heldout"]
+    train, heldout = PHRASINGS["train"], PHRASINGS["heldout"]
+    for part in ("questions", "distractors", "bare"):
+        assert set(getattr(train, part)).isdisjoint(getattr(heldout, part)), part
+    assert {f.name for f in train.families}.isdisjoint(f.name for f in heldout.families)
+
+
+@pytest.mark.parametrize("split", SPLITS)
+def test_distractor_numbers_play_no_part(split):
+    problems = generate(2000, seed=13, split=split)
+    with_distractor = [p for p in problems if p.distractor is not None]
+    assert 0.1 < len(with_distractor) / len(problems) < 0.4
+    for problem in with_distractor:
+        assert problem.distractor in _numbers(problem.question)
+        assert problem.distractor not in _numbers(problem.expression), problem
+    # not always in the same place: some before the story's first sentence, some after it
+    first_sentences = [p.question.split(". ")[0] for p in with_distractor]
+    assert 0 < sum(str(p.distractor) in s for p, s in zip(with_distractor, first_sentences,
+                                                             strict=True)) < len(with_distractor)
+
+
+def test_problems_read_as_worked_by_hand():
+    """A few problems checked by reading them: the story's words agree with the expression."""
+    assert generate(3, seed=1, split="train")[1:] == [
+        Problem("Ada runs a small library with 343 comics. Ada's house is number 29 on its street. "
+                "A donor gives her 241 comics. Readers borrow 295 comics. How many comics does "
+                "Ada's library have now?", 289, 2, "343 + 241 - 295", 29),
+        Problem("Eli runs a small library with 355 books. 206 old books are thrown away. A donor "
+                "gives him 4 books. Chen is 17 years old. After a big donation the library has "
+                "three times as many books. After all that, how many books does Eli's library "
+                "have?", 459, 3, "(355 - 206 + 4) * 3", 17),
+    ]
+    assert generate(3, seed=1, split="heldout")[1] == Problem(
+        "60 parcels are split evenly among 12 vans; Hana drives one of them. The parcels are shared "
+        "out evenly over 5 vans, and Hana takes one van. How many parcels does Hana still have to "
+        "deliver once all this is done?", 1, 2, "60 / 12 / 5")
+
+
+def test_generator_refuses_bad_arguments():
+    with pytest.raises(ExamplesError, match="split 'test': expected one of train, heldout"):
+        generate(5, seed=1, split="test")
+    with pytest.raises(ExamplesError, match="difficulties"):
+        generate(5, seed=1, difficulties=(4,))
+    with pytest.raises(ExamplesError, match="n=-1"):
+        generate(-1, seed=1)
 
 
 def test_problems_file_round_trip(tmp_path):
