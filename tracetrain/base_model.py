@@ -4,6 +4,11 @@ No model can be downloaded at run time, so the first use converts the shipped GG
 with transformers dequantises to float32) into a safetensors directory under the state folder;
 later loads read that copy, which takes well under a second instead of about twelve.
 The learner and the engines both call `resolve_base_model` so they load the same weights.
+
+    python -m tracetrain.base_model    # converts now (if needed) and prints the folder
+
+docker-compose.yml runs that once, into the volume the learner and vLLM both mount, so that
+vLLM serves the folder the learner trains on.
 """
 
 from __future__ import annotations
@@ -35,17 +40,23 @@ def shipped_gguf() -> Path:
     return path
 
 
+def model_dir(name: str, home: Path) -> Path:
+    """The folder `resolve_base_model` gives for `name`, without checking or converting it."""
+    if name != DEFAULT_MODEL:
+        return Path(name).expanduser().resolve()
+    return Path(home).resolve() / "models" / DEFAULT_MODEL
+
+
 def resolve_base_model(name: str, home: Path) -> Path:
     """A local directory `from_pretrained` can load for `name` (converting once if needed)."""
+    target = model_dir(name, home)
     if name != DEFAULT_MODEL:
-        path = Path(name).expanduser()
-        if not (path / "config.json").is_file():
+        if not (target / "config.json").is_file():
             raise BaseModelError(
                 f"base model {name!r}: expected {DEFAULT_MODEL!r} or a local directory "
                 "with config.json (no model can be downloaded here)"
             )
-        return path.resolve()
-    target = Path(home).resolve() / "models" / DEFAULT_MODEL
+        return target
     if (target / "model.safetensors").is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -75,3 +86,17 @@ def _convert(gguf: Path, target: Path) -> None:
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     tmp.rename(target)
+
+
+def main() -> None:
+    from tracetrain.settings import load_settings
+
+    settings = load_settings()
+    try:
+        print(resolve_base_model(settings.base_model, settings.home_dir))
+    except BaseModelError as exc:
+        raise SystemExit(f"error: {exc}") from exc
+
+
+if __name__ == "__main__":
+    main()
