@@ -66,3 +66,26 @@ def test_the_publishers_ordering_properties_cannot_be_switched_off(monkeypatch):
     config = producer_config(load_settings())
     assert config["enable.gapless.guarantee"] is True and config["enable.idempotence"] is True
     assert config["socket.timeout.ms"] == 5000
+
+
+def test_a_variable_that_names_no_setting_is_refused_with_a_suggestion(monkeypatch):
+    """pydantic-settings skips unknown variables: a typo would leave the default in force."""
+    monkeypatch.setenv("TRACETRAIN_GATWAY__PORT", "9000")
+    monkeypatch.setenv("TRACETRAIN_LEARNER__LEARNING_RATE", "0.1")
+    monkeypatch.setenv("TRACETRAIN_KAFKA__PORT", "abc")  # reported in the same error
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    problems = "\n".join(err.value.problems)
+    assert "TRACETRAIN_GATWAY__PORT: names no setting" in problems
+    assert "did you mean 'gateway'" in problems
+    assert "TRACETRAIN_LEARNER__LEARNING_RATE: names no setting" in problems
+    assert "TRACETRAIN_KAFKA__PORT" in problems and len(err.value.problems) == 3
+
+
+def test_variables_that_are_settings_or_read_before_them_are_accepted(monkeypatch, tmp_path):
+    monkeypatch.setenv("TRACETRAIN_CACHE", str(tmp_path))  # the llama.cpp build cache
+    monkeypatch.setenv("TRACETRAIN_HOME", str(tmp_path))
+    monkeypatch.setenv("TRACETRAIN_PUBLISHER__LIBRDKAFKA", '{"socket.timeout.ms": 7000}')
+    monkeypatch.setenv("TRACETRAIN_STREAMS__AIR_RULES__TOOL_RAISED", "-0.5")
+    settings = load_settings()
+    assert settings.home == tmp_path and settings.publisher.librdkafka["socket.timeout.ms"] == 7000

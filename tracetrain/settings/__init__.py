@@ -11,8 +11,10 @@ see the whole `Settings`.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -99,17 +101,48 @@ def env_name(setting: str) -> str:
     return _env_name(tuple(setting.split(".")))
 
 
+# Variables of the prefix that are not settings: read before the settings exist.
+NOT_SETTINGS = ("CONFIG", "CACHE")
+
+
+def _unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """`TRACETRAIN_*` variables that name no setting: pydantic-settings skips them silently, so
+    a misspelt `TRACETRAIN_GATWAY__PORT` would leave the default in force unseen."""
+    problems = []
+    for name in sorted(environ):
+        if not name.startswith(ENV_PREFIX) or name[len(ENV_PREFIX):] in NOT_SETTINGS:
+            continue
+        model: type[BaseModel] | None = Settings
+        for part in name[len(ENV_PREFIX):].lower().split("__"):
+            if model is None:  # below a field that is not a section (a dict): its keys
+                break
+            fields = model.model_fields
+            if part not in fields:
+                near = difflib.get_close_matches(part, fields, n=1)
+                hint = f"; did you mean {near[0]!r}?" if near else ""
+                problems.append(f"{name}: names no setting ({part!r} is not a field of "
+                                f"{model.__name__}{hint})")
+                break
+            kind = fields[part].annotation
+            model = kind if isinstance(kind, type) and issubclass(kind, BaseModel) else None
+    return problems
+
+
 def load_settings(**overrides: Any) -> Settings:
-    """Build and validate the settings; every invalid value is reported at once."""
+    """Build and validate the settings; every invalid value, and every `TRACETRAIN_*` variable
+    that names no setting, is reported at once."""
+    problems = _unknown_variables(os.environ)
     try:
-        return Settings(**overrides)
+        settings = Settings(**overrides)
     except ValidationError as exc:
-        problems = []
         for err in exc.errors():
             got = err.get("input")
             shown = "" if isinstance(got, dict) else f" (got {got!r})"
             problems.append(f"{_env_name(err['loc'])}: {err['msg']}{shown}")
         raise ConfigError(problems) from exc
+    if problems:
+        raise ConfigError(problems)
+    return settings
 
 
 @cache
