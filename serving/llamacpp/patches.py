@@ -45,6 +45,36 @@ PATCHES = (
             "that ends inside a multi-byte character (an emoji is 3-4 byte tokens), so the "
             "logprobs would no longer line up with the token ids the learner trains on",
     ),
+    Patch(
+        path="tools/server/server-context.cpp",
+        old="""        if (post_sampling) {
+            const auto * cur_p = common_sampler_get_candidates(slot.smpl.get(), true);
+            const size_t max_probs = cur_p->size;
+            const size_t n_probs = std::min(max_probs, n_probs_request);
+""",
+        new="""        if (post_sampling) {
+            // tracetrain: only the n_probs most likely candidates are put in order (a partial
+            // sort, as the pre-sampling path does), not the whole vocabulary at every token
+            auto * cur_p = common_sampler_get_candidates(slot.smpl.get(), false);
+            const size_t max_probs = cur_p->size;
+            const size_t n_probs = std::min(max_probs, n_probs_request);
+            if (!cur_p->sorted && n_probs > 0 && cur_p->selected >= 0) {
+                const llama_token chosen = cur_p->data[cur_p->selected].id;
+                std::partial_sort(cur_p->data, cur_p->data + n_probs, cur_p->data + max_probs,
+                    [](const llama_token_data & a, const llama_token_data & b) { return a.p > b.p; });
+                for (size_t i = 0; i < max_probs; i++) {
+                    if (cur_p->data[i].id == chosen) {
+                        cur_p->selected = i;
+                        break;
+                    }
+                }
+            }
+""",
+        why="the engine asks for post-sampling probabilities (those of the temperature it "
+            "sampled at, what the learner scores), and llama-server sorts all 49k candidates "
+            "by probability for every generated token to report the top one: measured, 8 "
+            "concurrent requests decoded at 0.65x bare llama-server instead of 0.93x",
+    ),
 )
 
 

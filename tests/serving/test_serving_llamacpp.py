@@ -33,15 +33,16 @@ def test_build_flags_name_their_instruction_sets_and_never_amx_or_native():
 def test_source_patches_apply_once_and_refuse_a_source_without_their_text(tmp_path):
     server = tmp_path / "tools" / "server"
     server.mkdir(parents=True)
-    patched = build.source_dir() / patches.PATCHES[0].path
     (server / "server-context.cpp").write_text(
-        "// before\n" + patches.PATCHES[0].old + "// after\n")
+        "// before\n" + "// between\n".join(p.old for p in patches.PATCHES) + "// after\n")
     patches.apply(tmp_path)
     once = (server / "server-context.cpp").read_text()
-    assert patches.PATCHES[0].new in once and patches.PATCHES[0].old not in once
+    for patch in patches.PATCHES:
+        assert patch.new in once and patch.old not in once
+        # the built tree carries it
+        assert patch.new in (build.source_dir() / patch.path).read_text()
     patches.apply(tmp_path)
     assert (server / "server-context.cpp").read_text() == once
-    assert patches.PATCHES[0].new in patched.read_text()  # the built tree carries it
     (server / "server-context.cpp").write_text("// a newer llama.cpp\n")
     with pytest.raises(patches.PatchError, match="exactly once"):
         patches.apply(tmp_path)
