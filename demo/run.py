@@ -10,7 +10,8 @@
 5. Stop the agents and the learner (its last steps are registered), wait for the reloader to
    serve the last version, held-out accuracy of it on the same problems as the base.
 6. `home/demo/<run>/summary.json` and `reward_curve.png`, the MLflow address; everything this
-   run started is stopped, whatever happened.
+   run started is stopped, whatever happened. `<run>` is the start time and the mode, and the
+   versions the reloader downloads stay in `home/demo/<run>/versions/`.
 """
 
 from __future__ import annotations
@@ -77,8 +78,13 @@ def demo_settings(settings: Settings, opts: DemoOptions, task: Task, run_id: str
     topic_cfg = settings.topics.model_copy(update={"prefix": f"{settings.topics.prefix}-demo-{run_id}"})
     gateway = settings.gateway.model_copy(update={
         "upstream_url": f"{engine_url(settings)}/v1"})
+    # The reloader keeps a download per version number, and every run's registered model
+    # numbers its versions from 1: in a shared folder a later run would be served an earlier
+    # run's weights for each number already there.
+    reloader = settings.reloader.model_copy(update={
+        "download_dir": settings.home_dir / "demo" / run_id / "versions"})
     return settings.model_copy(update={"learner": learner, "engine": engine, "streams": streams, "mlflow": mlflow,
-                                       "topics": topic_cfg, "gateway": gateway})
+                                       "topics": topic_cfg, "gateway": gateway, "reloader": reloader})
 
 
 def _base_cache_key(settings: Settings, task: Task, problems: list) -> str:
@@ -94,7 +100,9 @@ def _base_cache_key(settings: Settings, task: Task, problems: list) -> str:
 class DemoRun:
     def __init__(self, settings: Settings, opts: DemoOptions, console: Console):
         self.opts, self.console, self.task = opts, console, get_task(opts.task, opts.front_end)
-        self.run_id = time.strftime("%Y%m%d-%H%M%S")
+        # the mode too: `--compare` starts runs back to back, and two of them must never
+        # share a folder, topics or a registered model
+        self.run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{opts.mode}"
         self.settings = demo_settings(settings, opts, self.task, self.run_id)
         self.folder = self.settings.home_dir / "demo" / self.run_id
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -128,6 +136,9 @@ class DemoRun:
         self._up("the engine (base model)", "engine")
 
     def start_pipeline(self) -> None:
+        # A restored reloader state speaks of an earlier run's registered model: its serving
+        # version would make the reloader skip this run's lower version numbers as going back.
+        (self.settings.home_dir / "reloader" / "state.json").unlink(missing_ok=True)
         for what, name in (("the Faust worker", "streams"), ("the gateway", "gateway"),
                            ("the learner", "learner"), ("the reloader", "reloader")):
             self._up(what, name)
