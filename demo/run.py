@@ -226,7 +226,7 @@ class DemoRun:
             traffic.start()
             for thread in background:
                 thread.start()
-            ends_at = train_started + opts.minutes * 60
+            ends_at, stopped_early = train_started + opts.minutes * 60, False
             title = f"tracetrain demo: {self.task.name}, {opts.mode}, {opts.workers} agents"
             try:
                 # a table on a terminal, a status line every 30 s in a piped log
@@ -236,6 +236,7 @@ class DemoRun:
                         self._check_alive()
                         view.update()
             except KeyboardInterrupt:
+                stopped_early = True
                 self._say("stopped early by Ctrl-C; evaluating what was learned so far")
             stop.set()
             traffic.close()
@@ -255,13 +256,15 @@ class DemoRun:
                 "final_accuracy": round(final, 4), "n": opts.n_eval,
                 "minutes": round((time.time() - t0) / 60, 2),
                 "training_minutes": round((time.time() - train_started) / 60, 2),
+                "train_started": round(train_started, 3), "stopped_early": stopped_early,
                 "versions": monitor.snapshot.versions, "final_policy_version": final_version,
                 "mean_reload_s": None if monitor.mean_reload_s() is None else round(monitor.mean_reload_s(), 3),
                 "rollouts": len(traffic.stats.episodes), "transitions": monitor.snapshot.transitions,
                 "rollouts_per_min": round(len(traffic.stats.episodes) / max(
                     1e-9, (traffic_ended - train_started) / 60), 2),
                 "eval_seconds": round(eval_seconds, 1),
-                "heldout_per_version": [h.__dict__ for h in monitor.snapshot.heldout],
+                "heldout_per_version": [report.heldout_point(h, train_started)
+                                        for h in monitor.snapshot.heldout],
                 "agent_errors": traffic.stats.errors, "mlflow_ui": s.mlflow.uri,
                 "experiment": s.mlflow.experiment, "registered_model": s.mlflow.registered_model,
             }
