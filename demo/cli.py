@@ -24,7 +24,11 @@ def demo(
     workers: int = typer.Option(16, min=1, help="Agent threads sending rollouts through the gateway."),
     slots: int = typer.Option(16, min=1, help="Sequences the engine generates at once (llama-server "
                               "parallel slots); also how many problems an eval solves at once."),
-    mode: str = typer.Option("sft", help=f"Learner mode: {one_of(LEARNER_MODES)}."),
+    mode: str = typer.Option(None, help=f"Learner mode: {one_of(LEARNER_MODES)} (default sft)."),
+    compare: str = typer.Option(None, help="Learner modes to run one after another instead of "
+                                "--mode, comma-separated (rl,sft): the same options, problems and "
+                                "minutes each, then one picture of their held-out accuracy "
+                                "against minutes (home/demo/compare.png) and a JSON line."),
     n_eval: int = typer.Option(200, "--n-eval", min=1, help="Held-out problems for base and final accuracy."),
     version_eval: int = typer.Option(32, min=0, help="Held-out problems checked at each new "
                                      "version (0: none)."),
@@ -41,11 +45,23 @@ def demo(
     """Agents improving from their own traffic: brings the stack up (Kafka, MLflow, engine,
     Faust worker, gateway, learner, reloader), runs agent workers through the gateway, shows a
     live dashboard, then reports held-out accuracy of the base model against the final version
-    and writes demo/summary.json and a reward curve under the state folder."""
+    and writes demo/summary.json and a reward curve under the state folder. With --compare, one
+    such run per mode, then demo/compare.png and one JSON line of every mode's figures."""
+    from demo import compare as comparison
     from demo.run import DemoOptions, DemoRun
     from tracetrain.settings import get_settings
 
-    if mode not in LEARNER_MODES:
+    # Every option is checked before anything starts: a comparison runs for half an hour or more
+    if mode is not None and compare is not None:
+        raise typer.BadParameter("give --mode or --compare, not both", param_hint="--compare")
+    if compare is not None:
+        try:
+            modes = comparison.parse_modes(compare)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--compare") from exc
+    else:
+        modes = (mode or DemoOptions.mode,)
+    if modes[0] not in LEARNER_MODES:
         raise typer.BadParameter(f"{mode!r}: expected {one_of(LEARNER_MODES)}", param_hint="--mode")
     if task not in TASKS:
         raise typer.BadParameter(f"{task!r}: expected one of {', '.join(TASKS)}", param_hint="--task")
@@ -53,10 +69,15 @@ def demo(
         raise typer.BadParameter(f"{front_end!r} for --task {task}: expected one of "
                                  f"{', '.join(FRONT_ENDS[task])}", param_hint="--front-end")
     opts = DemoOptions(task=task, front_end=front_end, minutes=minutes, workers=workers, slots=slots,
-                       mode=mode, n_eval=n_eval, version_eval_n=version_eval, group_size=group_size,
+                       mode=modes[0], n_eval=n_eval, version_eval_n=version_eval, group_size=group_size,
                        temperature=temperature, lr=lr, learner_threads=learner_threads,
                        engine_threads=engine_threads)
-    summary = DemoRun(get_settings(), opts, console).run()
+    settings = get_settings()
+    if compare is not None:
+        summaries = comparison.run_modes(settings, opts, modes, console)
+        typer.echo(json.dumps(comparison.save(summaries, settings.home_dir / "demo")))
+        return
+    summary = DemoRun(settings, opts, console).run()
     typer.echo(json.dumps({k: summary[k] for k in ("task", "base_accuracy", "final_accuracy", "n",
                                                    "minutes", "versions", "mean_reload_s")}))
 

@@ -16,6 +16,12 @@ def write_summary(folder: Path, summary: dict) -> Path:
     return path
 
 
+def heldout_point(check: HeldOut, started: float) -> dict:
+    """A held-out check as the summary keeps it: with its minutes since training started,
+    which a comparison of runs plots against (their absolute times differ)."""
+    return {**check.__dict__, "minutes": round((check.at - started) / 60, 2)}
+
+
 def plot_curve(path: Path, episodes: list[Episode], heldout: list[HeldOut], started: float,
                base: tuple[float, int] | None, final: tuple[float, int] | None,
                window: int = 64) -> Path:

@@ -10,7 +10,8 @@
 5. Stop the agents and the learner (its last steps are registered), wait for the reloader to
    serve the last version, held-out accuracy of it on the same problems as the base.
 6. `home/demo/<run>/summary.json` and `reward_curve.png`, the MLflow address; everything this
-   run started is stopped, whatever happened.
+   run started is stopped, whatever happened. `<run>` is the start time and the mode, and the
+   versions the reloader downloads stay in `home/demo/<run>/versions/`.
 """
 
 from __future__ import annotations
@@ -77,8 +78,13 @@ def demo_settings(settings: Settings, opts: DemoOptions, task: Task, run_id: str
     topic_cfg = settings.topics.model_copy(update={"prefix": f"{settings.topics.prefix}-demo-{run_id}"})
     gateway = settings.gateway.model_copy(update={
         "upstream_url": f"{engine_url(settings)}/v1"})
+    # The reloader keeps a download per version number, and every run's registered model
+    # numbers its versions from 1: in a shared folder a later run would be served an earlier
+    # run's weights for each number already there.
+    reloader = settings.reloader.model_copy(update={
+        "download_dir": settings.home_dir / "demo" / run_id / "versions"})
     return settings.model_copy(update={"learner": learner, "engine": engine, "streams": streams, "mlflow": mlflow,
-                                       "topics": topic_cfg, "gateway": gateway})
+                                       "topics": topic_cfg, "gateway": gateway, "reloader": reloader})
 
 
 def _base_cache_key(settings: Settings, task: Task, problems: list) -> str:
@@ -94,7 +100,9 @@ def _base_cache_key(settings: Settings, task: Task, problems: list) -> str:
 class DemoRun:
     def __init__(self, settings: Settings, opts: DemoOptions, console: Console):
         self.opts, self.console, self.task = opts, console, get_task(opts.task, opts.front_end)
-        self.run_id = time.strftime("%Y%m%d-%H%M%S")
+        # the mode too: `--compare` starts runs back to back, and two of them must never
+        # share a folder, topics or a registered model
+        self.run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{opts.mode}"
         self.settings = demo_settings(settings, opts, self.task, self.run_id)
         self.folder = self.settings.home_dir / "demo" / self.run_id
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -128,6 +136,9 @@ class DemoRun:
         self._up("the engine (base model)", "engine")
 
     def start_pipeline(self) -> None:
+        # A restored reloader state speaks of an earlier run's registered model: its serving
+        # version would make the reloader skip this run's lower version numbers as going back.
+        (self.settings.home_dir / "reloader" / "state.json").unlink(missing_ok=True)
         for what, name in (("the Faust worker", "streams"), ("the gateway", "gateway"),
                            ("the learner", "learner"), ("the reloader", "reloader")):
             self._up(what, name)
@@ -215,7 +226,7 @@ class DemoRun:
             traffic.start()
             for thread in background:
                 thread.start()
-            ends_at = train_started + opts.minutes * 60
+            ends_at, stopped_early = train_started + opts.minutes * 60, False
             title = f"tracetrain demo: {self.task.name}, {opts.mode}, {opts.workers} agents"
             try:
                 # a table on a terminal, a status line every 30 s in a piped log
@@ -225,6 +236,7 @@ class DemoRun:
                         self._check_alive()
                         view.update()
             except KeyboardInterrupt:
+                stopped_early = True
                 self._say("stopped early by Ctrl-C; evaluating what was learned so far")
             stop.set()
             traffic.close()
@@ -244,13 +256,15 @@ class DemoRun:
                 "final_accuracy": round(final, 4), "n": opts.n_eval,
                 "minutes": round((time.time() - t0) / 60, 2),
                 "training_minutes": round((time.time() - train_started) / 60, 2),
+                "train_started": round(train_started, 3), "stopped_early": stopped_early,
                 "versions": monitor.snapshot.versions, "final_policy_version": final_version,
                 "mean_reload_s": None if monitor.mean_reload_s() is None else round(monitor.mean_reload_s(), 3),
                 "rollouts": len(traffic.stats.episodes), "transitions": monitor.snapshot.transitions,
                 "rollouts_per_min": round(len(traffic.stats.episodes) / max(
                     1e-9, (traffic_ended - train_started) / 60), 2),
                 "eval_seconds": round(eval_seconds, 1),
-                "heldout_per_version": [h.__dict__ for h in monitor.snapshot.heldout],
+                "heldout_per_version": [report.heldout_point(h, train_started)
+                                        for h in monitor.snapshot.heldout],
                 "agent_errors": traffic.stats.errors, "mlflow_ui": s.mlflow.uri,
                 "experiment": s.mlflow.experiment, "registered_model": s.mlflow.registered_model,
             }

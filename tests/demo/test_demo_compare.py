@@ -1,0 +1,147 @@
+"""`tracetrain demo --compare`: the picture and JSON line from summaries made by hand, and its
+options refused before anything starts. No broker, engine or MLflow: the runs are stand-ins."""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import asdict
+
+import pytest
+from typer.testing import CliRunner
+
+from demo import compare
+from demo.monitor import HeldOut
+from demo.report import heldout_point
+from tracetrain.cli import app
+from tracetrain.settings import Settings
+
+
+def _summary(mode: str, base: float, checks: list[tuple[float, float]], final: float,
+             versions: int) -> dict:
+    """A run's summary as DemoRun writes it, trimmed to what a comparison reads."""
+    return {"task": "calc", "mode": mode, "base_accuracy": base, "final_accuracy": final,
+            "n": 200, "minutes": 16.5, "training_minutes": 14.25, "versions": versions,
+            "heldout_per_version": [{"version": str(i + 1), "n": 32, "accuracy": acc,
+                                     "at": 1000.0 + 60 * minutes, "minutes": minutes}
+                                    for i, (minutes, acc) in enumerate(checks)]}
+
+
+SUMMARIES = [_summary("rl", 0.145, [(2.5, 0.4), (6.0, 0.7)], 0.77, 9),
+             _summary("sft", 0.145, [(3.0, 0.5)], 0.74, 14)]
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_one_picture_and_the_json_line_of_every_mode(tmp_path):
+    result = compare.save(SUMMARIES, tmp_path, stamp="20261206-120000")
+
+    png = tmp_path / "compare-20261206-120000" / "compare.png"
+    assert result["png"] == str(png)
+    width, height = _png_size(png.read_bytes())
+    assert (width, height) == (880, 495)  # 8 x 4.5 inches at 110 dpi
+    assert png.stat().st_size > 10_000, "a picture with lines and a legend, not an empty frame"
+    assert (tmp_path / "compare.png").read_bytes() == png.read_bytes()  # the newest
+    assert result == {"png": str(png), "compare": {
+        "rl": {"final_accuracy": 0.77, "base_accuracy": 0.145, "n": 200, "minutes": 16.5,
+               "training_minutes": 14.25, "versions": 9},
+        "sft": {"final_accuracy": 0.74, "base_accuracy": 0.145, "n": 200, "minutes": 16.5,
+                "training_minutes": 14.25, "versions": 14}}}
+    assert json.loads((png.parent / "compare.json").read_text()) == result
+
+
+def test_a_mode_line_runs_from_the_base_through_its_checks_to_the_final():
+    assert compare.curve(SUMMARIES[0]) == ([0.0, 2.5, 6.0, 14.25], [0.145, 0.4, 0.7, 0.77])
+    without_checks = {**SUMMARIES[1], "heldout_per_version": []}
+    assert compare.curve(without_checks) == ([0.0, 14.25], [0.145, 0.74])
+
+
+def test_a_check_in_the_summary_carries_its_minutes_since_training_started():
+    check = HeldOut("3", 32, 0.75, at=1090.0)
+    assert heldout_point(check, started=1000.0) == {**asdict(check), "minutes": 1.5}
+
+
+@pytest.mark.parametrize(("text", "named"), [
+    ("rl,bogus", "'bogus'"), ("rl", "at least two"), ("rl,rl", "named twice"), ("rl,", "''")])
+def test_modes_that_cannot_be_compared_are_named(text, named):
+    with pytest.raises(ValueError, match=named):
+        compare.parse_modes(text)
+
+
+def test_modes_are_read_in_order_with_spaces_around_them():
+    assert compare.parse_modes(" sft, rl ") == ("sft", "rl")
+
+
+class _StandIn:
+    """A DemoRun that starts nothing and returns a made-up summary of its mode."""
+    made: list = []
+
+    def __init__(self, settings, opts, console):
+        self.opts = opts
+        _StandIn.made.append(opts)
+
+    def run(self) -> dict:
+        return next(s for s in SUMMARIES if s["mode"] == self.opts.mode)
+
+
+@pytest.fixture
+def stand_ins(monkeypatch, tmp_path):
+    """Demo runs and settings that record being asked for; the home is the test's folder."""
+    asked: list[str] = []
+    _StandIn.made = []
+
+    def settings() -> Settings:
+        asked.append("settings")
+        return Settings(home=tmp_path)
+
+    monkeypatch.setattr("tracetrain.settings.get_settings", settings)
+    monkeypatch.setattr("demo.run.DemoRun", _StandIn)
+    monkeypatch.setattr("demo.compare.DemoRun", _StandIn)
+    return asked
+
+
+@pytest.mark.parametrize(("args", "named"), [
+    (["--compare", "rl,bogus"], "'bogus'"),
+    (["--compare", "sft"], "at least two"),
+    (["--mode", "rl", "--compare", "rl,sft"], "--mode or --compare"),
+    (["--compare", "rl,sft", "--task", "sql", "--front-end", "autogen"], "'autogen'"),
+])
+def test_compare_options_are_refused_before_anything_starts(stand_ins, args, named):
+    out = CliRunner().invoke(app, ["demo", *args])
+    text = " ".join(out.output.replace("│", " ").split())
+    assert out.exit_code == 2 and named in text, out.output
+    assert stand_ins == [] and _StandIn.made == [], "settings were built or a run started"
+
+
+def test_compare_runs_each_mode_with_the_same_options_and_prints_the_line_last(stand_ins,
+                                                                               tmp_path):
+    out = CliRunner().invoke(app, ["demo", "--compare", "rl,sft", "--minutes", "3",
+                                   "--workers", "4"])
+    assert out.exit_code == 0, out.output
+    assert [opts.mode for opts in _StandIn.made] == ["rl", "sft"]
+    first, second = (asdict(opts) for opts in _StandIn.made)
+    assert {k for k in first if first[k] != second[k]} == {"mode"}
+    assert first["minutes"] == 3.0 and first["workers"] == 4
+    last = json.loads(out.output.strip().splitlines()[-1])
+    assert set(last["compare"]) == {"rl", "sft"} and last["compare"]["sft"]["versions"] == 14
+    assert (tmp_path / "demo" / "compare.png").is_file()
+
+
+def test_runs_of_two_modes_started_together_share_nothing(tmp_path):
+    from rich.console import Console
+
+    from demo.run import DemoOptions, DemoRun
+    from serving.access import download_dir
+
+    runs = [DemoRun(Settings(home=tmp_path), DemoOptions(mode=mode, n_eval=4), Console(quiet=True))
+            for mode in ("rl", "sft")]
+    first, second = runs
+    assert first.folder != second.folder
+    assert first.settings.topics.prefix != second.settings.topics.prefix
+    assert first.settings.mlflow.registered_model != second.settings.mlflow.registered_model
+    # each run's versions are its own: version numbers restart at 1 in every registered model
+    for run in runs:
+        assert download_dir(run.settings) == (run.folder / "versions").resolve()
