@@ -78,9 +78,7 @@ def demo_settings(settings: Settings, opts: DemoOptions, task: Task, run_id: str
     topic_cfg = settings.topics.model_copy(update={"prefix": f"{settings.topics.prefix}-demo-{run_id}"})
     gateway = settings.gateway.model_copy(update={
         "upstream_url": f"{engine_url(settings)}/v1"})
-    # The reloader keeps a download per version number, and every run's registered model
-    # numbers its versions from 1: in a shared folder a later run would be served an earlier
-    # run's weights for each number already there.
+    # The run's downloads stay with the run (the reloader keeps them per registered model)
     reloader = settings.reloader.model_copy(update={
         "download_dir": settings.home_dir / "demo" / run_id / "versions"})
     return settings.model_copy(update={"learner": learner, "engine": engine, "streams": streams, "mlflow": mlflow,
@@ -136,9 +134,6 @@ class DemoRun:
         self._up("the engine (base model)", "engine")
 
     def start_pipeline(self) -> None:
-        # A restored reloader state speaks of an earlier run's registered model: its serving
-        # version would make the reloader skip this run's lower version numbers as going back.
-        (self.settings.home_dir / "reloader" / "state.json").unlink(missing_ok=True)
         for what, name in (("the Faust worker", "streams"), ("the gateway", "gateway"),
                            ("the learner", "learner"), ("the reloader", "reloader")):
             self._up(what, name)

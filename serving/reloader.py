@@ -6,16 +6,20 @@ Reads MLflow (settings.mlflow.registered_model @ settings.reloader.alias; `lates
 MLflow reserves, means the highest version number) every
 `reloader.poll_s` seconds, and, with `reloader.follow_checkpoints_topic`, wakes up early on
 each `tracetrain.checkpoints` record. Downloads the version's artifacts into a temporary
-folder beside `reloader.download_dir/N` (default `home/reloader/versions/N`) and renames it
+folder beside `reloader.download_dir/<registered model>/N` (default
+`home/reloader/versions/<registered model>/N`: every registered model numbers its versions from
+1, so a folder per number alone would serve one model's weights as another's) and renames it
 there once complete, so a transfer cut short is never loaded: it is fetched again. Loads the
 version into the engine (LoRA adapter or full weights; the embedded engine takes only folders
 under the download folder, with its load key, serving/access.py), checks the engine reports
 the new version, and writes `home/reloader/state.json` atomically (serving version, reload
-latencies, broken versions; the same JSON on `/state`, beside `/metrics` and `/healthz`, when
-`tracetrain reloader` serves them on `reloader.metrics_port`); a restarted reloader starts
-from it. Never moves to a lower version than one it has loaded; a version that fails to load
-`max_attempts` times is marked broken and not tried again; MLflow or engine outages, a failed
-download included, are retried on the next poll without blaming the version.
+latencies, broken versions, the registered model it speaks of; the same JSON on `/state`,
+beside `/metrics` and `/healthz`, when `tracetrain reloader` serves them on
+`reloader.metrics_port`); a restarted reloader starts
+from it, unless it speaks of another registered model. Never moves to a lower version than one
+it has loaded; a version that fails to load `max_attempts` times is marked broken and not tried
+again; MLflow or engine outages, a failed download included, are retried on the next poll
+without blaming the version.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from urllib.parse import quote
 
 from serving.access import download_dir, load_key
 from serving.engine_client import EngineClient, EngineUnavailable
@@ -57,6 +62,7 @@ def _as_target(mv) -> Target:
 
 @dataclass
 class ReloaderState:
+    registered_model: str | None = None  # None: a state.json of before it was recorded
     serving_version: int | None = None
     policy_version: int | None = None
     loads: list[dict] = field(default_factory=list)
@@ -84,7 +90,7 @@ class ReloaderMetrics:
 
 def _remove_dead_partials(downloads: Path) -> None:
     """Temporary download folders whose reloader died mid-transfer (kill -9, power loss)."""
-    for stale in downloads.glob(".*.partial-*"):
+    for stale in downloads.glob("*/.*.partial-*"):
         pid = stale.name.split(".partial-")[1].split("-")[0]
         if not (pid.isdigit() and Path(f"/proc/{pid}").exists()):
             shutil.rmtree(stale, ignore_errors=True)
@@ -115,9 +121,9 @@ class Reloader:
             load_key=load_key(settings) if settings.engine.backend == "embedded" else None)
         self.folder = folder or settings.home_dir / "reloader"  # state.json
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.downloads = download_dir(settings)
+        self.downloads = download_dir(settings) / quote(settings.mlflow.registered_model, safe="")
         self.downloads.mkdir(parents=True, exist_ok=True)
-        _remove_dead_partials(self.downloads)
+        _remove_dead_partials(self.downloads.parent)
         self.metrics = ReloaderMetrics()
         self.state = self._restore()
         self._next_try: dict[int, float] = {}
@@ -347,13 +353,20 @@ class Reloader:
             state = ReloaderState(**{f.name: saved[f.name] for f in fields(ReloaderState)
                                      if f.name in saved})
         except FileNotFoundError:
-            return ReloaderState()
+            return ReloaderState(registered_model=self.settings.mlflow.registered_model)
         except (ValueError, TypeError) as exc:
             kept = path.with_name("state.json.unreadable")
             os.replace(path, kept)
             log.error("%s could not be read (%s); starting afresh, the file is kept as %s",
                       path, exc, kept)
-            return ReloaderState()
+            return ReloaderState(registered_model=self.settings.mlflow.registered_model)
+        model = self.settings.mlflow.registered_model
+        if state.registered_model not in (None, model):
+            # its serving version would make this reloader skip lower numbers as going back
+            log.info("%s speaks of registered model %r, not %r: starting afresh", path,
+                     state.registered_model, model)
+            return ReloaderState(registered_model=model)
+        state.registered_model = model
         if state.serving_version is not None:
             self.metrics.serving_version.set(state.serving_version)
             self.metrics.policy_version.set(state.policy_version or 0)

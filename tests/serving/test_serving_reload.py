@@ -149,6 +149,14 @@ def test_a_restarted_reloader_remembers_what_it_serves_and_what_is_broken(reload
     assert len([load for load in policy_info(url)["loads"] if not load["ok"]]) == failed_loads
     assert state.broken == saved["broken"]
     assert state.serving_version == serving and ask(url)["policy_version"] == serving
+    # ... but the state of another registered model (every one numbers its versions from 1)
+    # is not this one's: it starts afresh, its downloads in a folder of its own
+    other = reload_engine.model_copy(update={"mlflow": reload_engine.mlflow.model_copy(
+        update={"registered_model": "another-model"})})
+    fresh = Reloader(other)
+    assert fresh.state.serving_version is None and not fresh.state.broken
+    assert fresh.downloads == download_dir(other) / "another-model"
+    assert Reloader(reload_engine).state.serving_version == serving
 
 
 def test_in_flight_stream_finishes_on_the_version_it_started_on(reload_engine, adapters):
@@ -219,7 +227,7 @@ def test_a_download_cut_short_is_fetched_again_never_loaded_or_blamed(reload_eng
     assert state.serving_version == version
     assert ask(engine_url(reload_engine))["policy_version"] == version
     weights = (adapters[0] / "adapter_model.safetensors").read_bytes()
-    downloads = download_dir(reload_engine)
+    downloads = download_dir(reload_engine) / mlflow.registered_model
     assert [p.read_bytes() for p in (downloads / str(version)).rglob("*.safetensors")] \
         == [weights]
     assert list(downloads.glob(".*partial*")) == []  # nothing half-done left behind
