@@ -7,19 +7,16 @@ credited returns) and the learner's batcher (a transition's rewards).
 
 from __future__ import annotations
 
-import math
+from tracetrain.numbers import finite_real_problem
 
 OUT_OF_BOUNDS = "reward_out_of_bounds"  # the DLQ reason of a refused reward
 
 
 def reward_problem(value: object, max_abs: float) -> str | None:
     """Why `value` cannot be a reward (the value and what was expected), or None."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return f"{value!r}: expected a number"
-    # Only a float can be NaN or infinite; an int is compared exact (math.isfinite would
-    # convert it, and a huge one overflows there).
-    if isinstance(value, float) and not math.isfinite(value):
-        return f"{value!r}: expected a finite number"
+    problem = finite_real_problem(value)
+    if problem is not None:
+        return problem
     if abs(value) > max_abs:
         return f"{value!r}: expected a number within ±{max_abs:g} (rewards.max_abs)"
     return None

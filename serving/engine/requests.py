@@ -7,13 +7,13 @@ plus `policy_version` (also sent as the `X-Policy-Version` header).
 
 from __future__ import annotations
 
-import math
 import time
 import uuid
 from typing import Any
 
 from serving.engine.generation import GenRequest, GenResult
 from tracetrain.errors import BadRequest
+from tracetrain.numbers import finite_real_problem
 
 # OpenAI's bound on top_logprobs (and vLLM's default max_logprobs): each alternative is sent
 # back for every token, so an unbounded count makes one answer as large as the vocabulary.
@@ -38,10 +38,13 @@ def _real(body: dict, name: str, default: float, ok, expected: str) -> float:
     value = body.get(name)
     if value is None:
         return default
-    if not isinstance(value, int | float) or isinstance(value, bool) \
-            or not math.isfinite(value) or not ok(value):
-        raise BadRequest(f"{name}={value!r}; expected a finite number {expected}")
-    return float(value)
+    try:
+        # an int past a float's range (temperature=10**400) would overflow float()
+        if finite_real_problem(value) is None and ok(value):
+            return float(value)
+    except OverflowError:
+        pass
+    raise BadRequest(f"{name}={value!r}; expected a finite number {expected}")
 
 
 def _stop(body: dict) -> list[str]:
