@@ -156,11 +156,12 @@ class RolloutJoin:
         verdict = self.selector.classify(span)
         state = self.rollout(key, partition)
         token_ids, unrecoverable = None, None
+        # a late or duplicate span changes nothing: not worth tokenising
         if verdict == NO_TOKEN_IDS and not state.knows(span["span_id"]):
             token_ids, unrecoverable = self._retokenized(span)
-        outcome = state.add_span(span, verdict == "keep" or token_ids is not None, ts_ns, wall,
-                                 self.cfg.end_marker_attribute, val=verdict == VAL,
-                                 token_ids=token_ids)
+        keep = verdict == "keep" or token_ids is not None
+        outcome = state.add_span(span, keep, ts_ns, wall, self.cfg.end_marker_attribute,
+                                 val=verdict == VAL, token_ids=token_ids)
         applied = self._settle(Applied(key, state, outcome, val=verdict == VAL))
         if not applied.changed:
             return applied
@@ -174,7 +175,7 @@ class RolloutJoin:
         applied.derived = derived
         for air in derived:  # applied at once; the air topic's copy is skipped
             state.add_air(air, ts_ns, wall)
-        if verdict == "keep" or token_ids is not None:
+        if keep:
             self._keep_call(applied, span["span_id"])
         return applied
 
