@@ -84,6 +84,9 @@ def test_otlp_calls_become_retokenised_transitions(base_model_dir, tokenizer):
     [(reason, detail)] = applied[3].dead
     assert reason == NO_MESSAGES and "00000000000000a4" in detail and "CAPTURE_MESSAGE_CONTENT" \
         in detail
+    for again in (spans[0], spans[3]):  # an exporter's retry: no second call, no second letter
+        copy = core.span(again, 0, 20, 1.0)
+        assert copy.outcome == "duplicate" and copy.dead == [] and copy.new_call is None
     plan = _close(core, ROLLOUT.encode())
     assert plan.dead_letters == []
     asking, answering = plan.transitions
