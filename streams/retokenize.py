@@ -13,7 +13,8 @@ loaded on first use and kept) render the call as the engine would have:
   conversation with the response appended, rendered without the generation prompt, minus the
   prompt's text, cut after the token that closes the turn. That token is one generation stops
   at (eos or the generation config's), and a model that ended its turn generated it, so it is
-  trained on; a response cut off (`length`, a content filter) ends before it. What the
+  trained on; a response cut off (`length`, a content filter) ends before it (one stopped by
+  a stop sequence reads `stop` too, and gets the token it did not generate). What the
   template writes after it (ChatML's newline) is the template's separator, never sampled.
   The response's text is tokenised on its own, as generation produces it after the prompt, so
   no merge can cross the boundary.
