@@ -237,6 +237,8 @@ class TransitionBatcher:
             self.counters["stale_downweighted"] += 1
         self.seen.add(t)
         self.counters["accepted"] += 1
+        if t.get("retokenized"):
+            self.counters["accepted_retokenized"] += 1
         # where it came from, for `dead_letter` (plain values: it may travel in a checkpoint)
         t["_source"] = [msg.topic(), msg.partition(), msg.offset()]
         batch.transitions.append(t)

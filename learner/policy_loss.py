@@ -148,33 +148,48 @@ def response_logps(trainer, model, inputs: dict) -> torch.Tensor:
 
 
 def truncated_is(learner_logps: torch.Tensor, behaviour_logps: torch.Tensor, mask: torch.Tensor,
-                 cap: float) -> tuple[torch.Tensor, dict[str, float]]:
+                 cap: float, measured: torch.Tensor | None = None
+                 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Truncated importance sampling for the engine/learner mismatch (verl's rollout
     correction, token level): rho = exp(learner - behaviour) per token, truncated at `cap`.
     Returns the factor min(rho, cap) / rho (B, T) that multiplies each token's advantage: TRL's
     ratio is already learner/behaviour, so the factor turns its gradient rho * A * grad(logp)
-    into min(rho, cap) * A * grad(logp), and PPO's clip still bounds the staleness."""
+    into min(rho, cap) * A * grad(logp), and PPO's clip still bounds the staleness. The metrics
+    describe the `measured` tokens (default `mask`): those whose behaviour logprobs the engine
+    reported; a row scored on-policy has rho 1 by construction and would pull them to 1."""
     rho = torch.exp(learner_logps - behaviour_logps)
     factor = torch.where(rho > cap, cap / rho, torch.ones_like(rho)) * mask
-    tokens = mask.sum().clamp(min=1)
+    measured = mask if measured is None else measured
+    tokens = measured.sum().clamp(min=1)
     return factor, {
-        "is_ratio_mean": float((rho * mask).sum() / tokens),
-        "is_ratio_max": float(torch.where(mask.bool(), rho, torch.zeros_like(rho)).max()),
-        "is_truncated_fraction": float(((rho > cap) & mask.bool()).sum() / tokens),
+        "is_ratio_mean": float((rho * measured).sum() / tokens),
+        "is_ratio_max": float(torch.where(measured.bool(), rho, torch.zeros_like(rho)).max()),
+        "is_truncated_fraction": float(((rho > cap) & measured.bool()).sum() / tokens),
     }
 
 
 def rl_loss(trainer, model, inputs: dict, tis_cap: float | None = None
             ) -> tuple[torch.Tensor, dict[str, float]]:
     """TRL's GRPO loss on one micro-batch, and the metrics TRL recorded for it; with `tis_cap`
-    the tokens that carry behaviour logprobs are importance-weighted by `truncated_is`."""
+    the tokens that carry behaviour logprobs are importance-weighted by `truncated_is`.
+
+    A row without behaviour logprobs (a call the streams stage re-tokenised from an
+    OpenTelemetry span: the engine's logprobs were never recorded, and would be of its own
+    tokens anyway) is scored on-policy: its behaviour logprobs are the learner's own, detached,
+    so its ratio is 1, PPO's clip never binds on it and no mismatch is corrected. That is also
+    what scoring it would give when its policy_version is the learner's current one (the same
+    weights); for an older version the learner no longer holds those weights, and the
+    staleness bound (`max_staleness`, the batcher) is what limits how far off-policy it is.
+    The clip and IS metrics describe the rows that carry the engine's logprobs only
+    (`behaviour_token_fraction` says how many), so re-tokenised rows do not dilute them."""
     trl_inputs = {k: inputs[k] for k in ("prompt_ids", "prompt_mask", "completion_ids",
                                          "completion_mask", "advantages", "num_items_in_batch")}
-    has_old = inputs["has_old"]
+    has_old, completion_mask = inputs["has_old"], inputs["completion_mask"]
+    behaved = completion_mask * has_old.unsqueeze(1)
     correction: dict[str, float] = {}
-    # Without stored behaviour logprobs (e.g. an engine that returns none) the ratio is the
-    # on-policy 1: TRL does that itself when `old_per_token_logps` is absent (detached current
-    # logps, no extra forward); a batch mixing both, or truncated IS, needs the current logps.
+    # With no stored behaviour logprobs at all the ratio is the on-policy 1: TRL does that
+    # itself when `old_per_token_logps` is absent (detached current logps, no extra forward); a
+    # batch mixing both, or truncated IS, needs the current logps.
     if bool(has_old.all()) and tis_cap is None:
         trl_inputs["old_per_token_logps"] = inputs["old_logps"]
     elif bool(has_old.any()):
@@ -182,7 +197,7 @@ def rl_loss(trainer, model, inputs: dict, tis_cap: float | None = None
         old = torch.where(has_old.unsqueeze(1), inputs["old_logps"], current)
         trl_inputs["old_per_token_logps"] = old
         if tis_cap is not None:
-            factor, correction = truncated_is(current, old, inputs["completion_mask"], tis_cap)
+            factor, correction = truncated_is(current, old, completion_mask, tis_cap, behaved)
             trl_inputs["advantages"] = inputs["advantages"].unsqueeze(1) * factor
     if trainer.beta != 0.0:
         if hasattr(model, "disable_adapter"):
@@ -194,8 +209,13 @@ def rl_loss(trainer, model, inputs: dict, tis_cap: float | None = None
     with lm_head.row_temperatures(model, inputs.get("temperatures")):
         loss = trainer._compute_loss(model, trl_inputs)
     recorded = {k: v[-1] for k, v in trainer._metrics["train"].items() if v}
+    tokens, behaved_tokens = float(completion_mask.sum()), float(behaved.sum())
+    # TRL's clip fraction is over every response token; an on-policy row (ratio 1) is never
+    # clipped, so over the rows with behaviour logprobs it is the same count over fewer tokens.
+    clipped = recorded.get("clip_ratio/region_mean", 0.0) * tokens
     metrics = {
-        "clip_fraction": recorded.get("clip_ratio/region_mean", 0.0),
+        "clip_fraction": clipped / behaved_tokens if behaved_tokens else 0.0,
+        "behaviour_token_fraction": behaved_tokens / tokens if tokens else 0.0,
         "entropy": recorded.get("entropy", 0.0),
         "kl": recorded.get("kl", 0.0),
         **correction,

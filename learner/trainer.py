@@ -149,6 +149,8 @@ class PolicyTrainer:
             "transitions": float(len(transitions)),
             "tokens_per_s": tokens / elapsed,
             "transitions_per_s": len(transitions) / elapsed,
+            # calls the streams stage tokenised from OpenTelemetry spans (no behaviour logprobs)
+            "retokenized": float(sum(bool(t.get("retokenized")) for t in transitions)),
             "step_s": elapsed,
             **metrics,
         }

@@ -2,9 +2,9 @@
 kept, selected by model name, policy name and (for multi-agent systems) agent name, each a
 regex matched against the whole name (`Writer|Rewriter` trains both and not the Checker).
 
-A selected call without prompt or response token ids cannot be trained on. Re-tokenizing it
-from its request messages is deferred (it needs the policy's tokenizer in the worker): such a
-call goes to the dead-letter topic with the reason "no token ids".
+A selected call without prompt or response token ids (OTLP, the OTel exporter) is "no token
+ids": the join re-tokenises it from its recorded messages (streams/retokenize.py), or, with
+`streams.retokenize` off, sends it to the dead-letter topic with that reason.
 
 A call of `val` traffic (span attribute `tracetrain.rollout_mode`, written by the gateway) is
 never trained on: its rollout keeps it out of its transitions. A selected call whose
@@ -78,11 +78,11 @@ class Selector:
             return "skip"
         if (span.get("attributes") or {}).get(MODE_ATTRIBUTE) == VAL:
             return VAL
-        llm = span["llm"]
-        if not llm.get("prompt_token_ids") or not llm.get("response_token_ids"):
-            return NO_TOKEN_IDS
         try:
             sampling_temperature(span)
         except ValueError:
             return BAD_TEMPERATURE
+        llm = span["llm"]
+        if not llm.get("prompt_token_ids") or not llm.get("response_token_ids"):
+            return NO_TOKEN_IDS
         return "keep"

@@ -50,6 +50,7 @@ from streams.join_core import Applied, RolloutJoin, call_key, record_problem
 from streams.metrics import StreamsMetrics
 from streams.offsets import Offsets
 from streams.positions import INPUTS, STALL_S
+from streams.retokenize import Retokenizer
 from streams.rollout import DUPLICATE, LATE, Rollout
 from tracetrain.records import AirEvent
 from tracetrain.settings import Settings
@@ -84,7 +85,8 @@ class Join:
         self.table, self.dlq, self.metrics = table, dlq, metrics
         self.on_send_failure = on_send_failure
         self.codec = Codec(registry_url=settings.schema_registry.url)
-        self.core = RolloutJoin(self.cfg, load=self._load, max_reward=settings.rewards.max_abs)
+        self.core = RolloutJoin(self.cfg, load=self._load, max_reward=settings.rewards.max_abs,
+                                retokenize=Retokenizer.from_settings(settings))
         self.positions = self.core.positions
         # closes sent but not yet in the changelog: (send futures, key, state, kept span ids)
         self.unrecorded: list[tuple[list, bytes, Rollout, list[str]]] = []

@@ -19,6 +19,7 @@ from streams.air_rules import AirRules, PoisonSpan
 from streams.cleaning import BAD_TEMPERATURE, NO_TOKEN_IDS, VAL, Selector
 from streams.close_rules import CloseSchedule, close_reason
 from streams.positions import ReadPositions
+from streams.recorded_call import Unrecoverable
 from streams.rollout import ADDED, DUPLICATE, EXTRA_FINAL, LATE, Rollout
 from tracetrain.records import TEMPERATURE_ATTRIBUTE, AirEvent, Reward, Span
 from tracetrain.rewards import OUT_OF_BOUNDS, reward_problem
@@ -85,8 +86,12 @@ class Applied:
 
 class RolloutJoin:
     def __init__(self, cfg: StreamsSettings, load: Callable[[bytes, int], Rollout | None]
-                 = lambda key, partition: None, max_reward: float = RewardSettings().max_abs):
+                 = lambda key, partition: None, max_reward: float = RewardSettings().max_abs,
+                 retokenize: Callable[[Span], tuple[list[int], list[int]]] | None = None):
+        """`retokenize`: token ids for a call recorded without them (streams/retokenize.py);
+        None: such calls are dead-lettered as "no token ids"."""
         self.cfg, self.load, self.max_reward = cfg, load, max_reward
+        self.retokenize = retokenize
         self.rules, self.selector = AirRules(cfg.air_rules), Selector.from_settings(cfg)
         self.rollouts: dict[bytes, Rollout] = {}
         self.open_keys: set[bytes] = set()  # cached rollouts not closed yet
@@ -150,14 +155,18 @@ class RolloutJoin:
             return Applied(key, None, REJECTED, dead=[(exc.reason, str(exc))])
         verdict = self.selector.classify(span)
         state = self.rollout(key, partition)
-        outcome = state.add_span(span, verdict == "keep", ts_ns, wall,
-                                 self.cfg.end_marker_attribute, val=verdict == VAL)
+        token_ids, unrecoverable = None, None
+        # a late or duplicate span changes nothing: not worth tokenising
+        if verdict == NO_TOKEN_IDS and not state.knows(span["span_id"]):
+            token_ids, unrecoverable = self._retokenized(span)
+        keep = verdict == "keep" or token_ids is not None
+        outcome = state.add_span(span, keep, ts_ns, wall, self.cfg.end_marker_attribute,
+                                 val=verdict == VAL, token_ids=token_ids)
         applied = self._settle(Applied(key, state, outcome, val=verdict == VAL))
         if not applied.changed:
             return applied
-        if verdict == NO_TOKEN_IDS:  # re-tokenizing from messages is deferred (see cleaning.py)
-            applied.dead.append((NO_TOKEN_IDS, f"span {span['span_id']} of the trained policy "
-                                 "carries no prompt/response token ids"))
+        if unrecoverable is not None:
+            applied.dead.append(unrecoverable)
         elif verdict == BAD_TEMPERATURE:
             applied.dead.append((BAD_TEMPERATURE, f"span {span['span_id']} of the trained "
                                  f"policy has {TEMPERATURE_ATTRIBUTE} "
@@ -166,9 +175,21 @@ class RolloutJoin:
         applied.derived = derived
         for air in derived:  # applied at once; the air topic's copy is skipped
             state.add_air(air, ts_ns, wall)
-        if verdict == "keep":
+        if keep:
             self._keep_call(applied, span["span_id"])
         return applied
+
+    def _retokenized(self, span: Span) -> tuple[tuple[list[int], list[int]] | None,
+                                                 tuple[str, str] | None]:
+        """(prompt, response) ids for a call recorded without them, or the dead letter saying
+        why there are none."""
+        where = f"span {span['span_id']} of the trained policy carries no token ids"
+        if self.retokenize is None:
+            return None, (NO_TOKEN_IDS, f"{where} and streams.retokenize is off")
+        try:
+            return self.retokenize(span), None
+        except Unrecoverable as exc:
+            return None, (exc.reason, f"{where} and cannot be re-tokenised: {exc}")
 
     def _keep_call(self, applied: Applied, span_id: str) -> None:
         """Store the kept call if its table entry fits a record; else the call is not trained

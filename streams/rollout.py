@@ -86,10 +86,15 @@ class Rollout:
         self.last_ts_ns = max(self.last_ts_ns, ts_ns)
         self.last_wall = max(self.last_wall, wall)
 
+    def knows(self, span_id: str) -> bool:
+        """Whether a span of this id would change nothing (closed, or seen already)."""
+        return bool(self.closed) or span_id in self.starts
+
     def add_span(self, span: dict, keep: bool, ts_ns: int, wall: float, end_attribute: str,
-                 val: bool = False) -> str:
+                 val: bool = False, token_ids: tuple[list[int], list[int]] | None = None) -> str:
         """Add a span; `keep`: a call to train on (its temperature checked by the caller),
-        `val`: a call of validation traffic, counted and never trained on."""
+        `val`: a call of validation traffic, counted and never trained on; `token_ids`:
+        (prompt, response) ids the join re-tokenised for a call recorded without them."""
         if self.closed:
             return LATE
         span_id = span["span_id"]
@@ -99,13 +104,15 @@ class Rollout:
         self.task_id = self.task_id or span.get("task_id")
         if keep:
             llm = span["llm"]
+            prompt, response = token_ids or (llm["prompt_token_ids"], llm["response_token_ids"])
             self.calls[span_id] = {
                 "agent_name": span.get("agent_name") or "", "task_id": span.get("task_id"),
                 "model": llm["model"], "policy_version": llm.get("policy_version"),
-                "prompt_token_ids": llm["prompt_token_ids"],
-                "response_token_ids": llm["response_token_ids"],
-                "behaviour_logprobs": llm.get("response_logprobs") or [],
+                "prompt_token_ids": prompt, "response_token_ids": response,
+                # the engine's logprobs are of its own tokens: re-tokenised ids have none
+                "behaviour_logprobs": [] if token_ids else llm.get("response_logprobs") or [],
                 "sampling_temperature": sampling_temperature(span),
+                "retokenized": token_ids is not None,
                 "start": span["start_time_ns"],
             }
         self.val_calls += val
@@ -245,6 +252,7 @@ class Rollout:
                 "policy_version": call["policy_version"],
                 # calls stored before the temperature was recorded have none (unknown)
                 "sampling_temperature": call.get("sampling_temperature"),
+                "retokenized": call.get("retokenized", False),
                 "final_reward": credit.final_reward,
                 "intermediate_reward": credit.intermediate_reward,
                 "credited_return": credit.credited_return,

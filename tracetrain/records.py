@@ -115,6 +115,7 @@ class Transition(TypedDict):
     span_start_ns: NotRequired[int]
     emitted_ns: NotRequired[int]
     sampling_temperature: NotRequired[float | None]
+    retokenized: NotRequired[bool]
 
 
 class Checkpoint(TypedDict):

@@ -233,7 +233,7 @@ def _vllm_served_model() -> str:
     return argv[argv.index("serve") + 1]
 
 
-def test_vllm_serves_the_folder_the_learner_trains_on():
+def test_vllm_serves_the_folder_the_learner_trains_on_and_the_workers_tokenise_with():
     learner = _settings("learner")
     trained = str(model_dir(learner.base_model, learner.home_dir))
     assert _vllm_served_model() == trained
@@ -241,8 +241,12 @@ def test_vllm_serves_the_folder_the_learner_trains_on():
     maker = _settings("base-model")
     assert str(model_dir(maker.base_model, maker.home_dir)) == trained
     assert SERVICES["base-model"]["command"] == ["python", "-m", "tracetrain.base_model"]
-    _handed_over(trained, "base-model", ("learner", "vllm"))
-    for name in ("learner", "vllm"):
+    # the streams workers tokenise OpenTelemetry calls with its tokenizer (streams.retokenize)
+    workers = tuple(name for name in SERVICES if name.startswith("streams-"))
+    assert workers and all(str(model_dir(_settings(w).base_model, _settings(w).home_dir))
+                           == trained for w in workers)
+    _handed_over(trained, "base-model", ("learner", "vllm", *workers))
+    for name in ("learner", "vllm", *workers):
         assert SERVICES[name]["depends_on"]["base-model"] == {
             "condition": "service_completed_successfully"}, name
 

@@ -100,3 +100,52 @@ def test_loss_weighs_each_rollout_once(tiny_model_dir, tmp_path, normalisation, 
         t["rollout_id"] = rollout
     metrics = policy.train_step(batch, [1.0, 1.0, 1.0, -1.0], [1.0] * 4)
     assert metrics["loss"] == pytest.approx(expected, abs=1e-5)
+
+
+def _retokenized(i: int) -> dict:
+    """A call the streams stage re-tokenised from an OpenTelemetry span: no behaviour logprobs."""
+    return dict(make_transition(i, response=[410 + i, 411, 2]), retokenized=True)
+
+
+def test_retokenised_rows_are_on_policy_and_leave_the_clip_and_is_metrics_alone(tiny_model_dir,
+                                                                                tmp_path):
+    policy = _policy(tiny_model_dir, tmp_path, lr=1e-6, tis_cap=2.0, epsilon=0.2)
+    engine = [make_transition(i, response=[410 + i, 411, 2]) for i in range(2)]
+    deltas = [0.5, 1.0]  # rho = exp(delta): row 0 clipped (A > 0), row 1 truncated
+    for t, lp, d in zip(engine, _learner_logps(policy, engine), deltas, strict=True):
+        t["behaviour_logprobs"] = (lp - d).tolist()
+    alone = policy.train_step([dict(t) for t in engine], [1.0, -1.0], [1.0] * 2)
+    policy = _policy(tiny_model_dir, tmp_path / "mixed", lr=1e-6, tis_cap=2.0, epsilon=0.2)
+    mixed = policy.train_step([*engine, _retokenized(2), _retokenized(3)], [1.0, -1.0, 1.0, -1.0],
+                              [1.0] * 4)
+    # The clip and IS figures are those of the engine's rows, whatever rides along with them.
+    for name in ("clip_fraction", "is_ratio_mean", "is_ratio_max", "is_truncated_fraction"):
+        assert mixed[name] == pytest.approx(alone[name], rel=1e-4), name
+    assert mixed["clip_fraction"] == pytest.approx(0.5)  # row 0's 3 tokens of the 6 measured
+    assert mixed["is_truncated_fraction"] == pytest.approx(0.5)  # row 1's
+    assert mixed["behaviour_token_fraction"] == pytest.approx(0.5) and mixed["retokenized"] == 2
+    # Ratio 1 for the re-tokenised rows: -A each. Row 0: -1.2 (clipped), row 1: 2 (see above).
+    assert mixed["loss"] == pytest.approx((-1.2 + 2.0 - 1.0 + 1.0) / 4, rel=1e-4)
+
+
+def test_a_batch_of_retokenised_rows_trains_on_policy(tiny_model_dir, tmp_path):
+    policy = _policy(tiny_model_dir, tmp_path, lr=5e-3, tis_cap=2.0)
+    good, bad = _retokenized(0), _retokenized(1)
+    before = policy.response_logprob_sums([good, bad])
+    for _ in range(3):
+        metrics = policy.train_step([good, bad], [1.0, -1.0], [1.0, 1.0])
+        assert metrics["clip_fraction"] == 0.0 and metrics["behaviour_token_fraction"] == 0.0
+        assert "is_ratio_mean" not in metrics  # nothing to correct: no engine logprobs
+    after = policy.response_logprob_sums([good, bad])
+    assert after[0] > before[0] and after[1] < before[1]
+
+
+@pytest.mark.parametrize("mode", ["sft", "kto"])
+def test_offline_modes_train_on_retokenised_rows_as_they_are(tiny_model_dir, tmp_path, mode):
+    policy = _policy(tiny_model_dir, tmp_path, lr=5e-3, mode=mode, sft_min_reward=0.5)
+    batch = [dict(_retokenized(i), credited_return=float(i % 2)) for i in range(4)]
+    before = {k: v.clone() for k, v in policy.trainable_state().items()}
+    metrics = policy.train_step(batch, [-1.0, 1.0, -1.0, 1.0], [1.0] * 4)
+    assert math.isfinite(metrics["loss"]) and metrics["retokenized"] == 4
+    moved = [k for k, v in policy.trainable_state().items() if not torch.equal(v, before[k])]
+    assert moved, "the step changed no trainable weight"

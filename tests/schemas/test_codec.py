@@ -95,6 +95,27 @@ def test_cancelled_status_resolves_to_unset_for_older_readers():
     assert schemaless_reader(io.BytesIO(data[10:]), v3.parsed, v2.parsed)["status"] == "unset"
 
 
+def test_transitions_written_before_retokenized_read_as_tokenised_by_the_engine():
+    """Transition v3 adds `retokenized` (default false): a v2 record, written before the streams
+    stage re-tokenised OpenTelemetry calls, reads as a call with the engine's own token ids; a
+    learner still reading with v2 drops the flag and sees an ordinary record."""
+    from fastavro import schemaless_reader, schemaless_writer
+
+    codec = Codec()
+    v2, v3 = codec.history.version("Transition", 2), codec.history.version("Transition", 3)
+    assert codec.history.current("Transition") is v3
+    record = {**EXAMPLES["Transition"], "sampling_temperature": 0.7}
+    buf = io.BytesIO()
+    buf.write(v2.header)
+    schemaless_writer(buf, v2.parsed, record)
+    decoded = codec.decode(buf.getvalue(), "Transition")
+    assert decoded["retokenized"] is False and decoded["sampling_temperature"] == 0.7
+    data = codec.encode("Transition", {**record, "behaviour_logprobs": [], "retokenized": True})
+    assert codec.decode(data)["retokenized"] is True
+    old_reader = schemaless_reader(io.BytesIO(data[10:]), v3.parsed, v2.parsed)
+    assert "retokenized" not in old_reader and old_reader["behaviour_logprobs"] == []
+
+
 def test_new_fields_always_have_defaults():
     """Backward compatibility rule: a field missing from the previous version has a default."""
     history = SchemaHistory()

@@ -76,6 +76,12 @@ class StreamsSettings(BaseModel):
         "long a partition just read waits to be read again (Faust's fixed 1500 ms showed up in "
         "reward-to-transition latency).",
     )
+    retokenize: bool = Field(
+        True, description="A selected LLM call recorded without token ids (OTLP, the OTel "
+        "exporter) is tokenised from its recorded messages and response with the base model's "
+        "tokenizer and chat template, loaded on first use (streams/retokenize.py); false: it "
+        "goes to the DLQ as 'no token ids'.",
+    )
     credit: CreditMode = "identical"
     gamma: float = Field(1.0, ge=0.0, le=1.0)
     select_agents: str | None = Field(None, description="Regex of agent names to train; None: all.")
