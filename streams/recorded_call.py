@@ -98,6 +98,15 @@ def _indexed(flat: dict, prefix: str) -> list[dict]:
 
 def _from_flat(message: dict) -> dict:
     """An OpenAI message, or one of the indexed attributes' (tool calls flattened)."""
+    content = message.get("content")
+    if isinstance(content, list) and any(
+            not isinstance(part, dict) or part.get("type", "text") != "text" for part in content):
+        # an image or audio part: the template would render the text alone, a prompt the
+        # model never saw
+        kinds = sorted({str(part.get("type")) if isinstance(part, dict) else
+                        type(part).__name__ for part in content})
+        raise Unrecoverable(BAD_MESSAGES, f"a {message.get('role')} message has parts of "
+                            f"types {kinds}; only text parts can be re-tokenised")
     calls = _indexed(message, "tool_calls")
     out = {k: v for k, v in message.items() if not k.startswith("tool_calls.")}
     if calls:

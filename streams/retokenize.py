@@ -4,8 +4,8 @@ framework instrumented with the GenAI conventions), from its recorded messages a
     retokenizer = Retokenizer.from_settings(settings)     # None: streams.retokenize is off
     prompt_ids, response_ids = retokenizer(span)          # or Unrecoverable(reason, detail)
 
-The policy's own tokenizer and chat template (the base model's folder, `resolve_base_model`,
-loaded on first use and kept) render the call as the engine would have:
+The policy's own tokenizer and chat template (the base model's folder, `model_dir`, never
+converted here; loaded on first use and kept) render the call as the engine would have:
 - the prompt is the request messages (and tools) through the template with the generation
   prompt, exactly what the embedded engine sends llama-server (`tracetrain.chat_template`
   decides what the template is given, for both);
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from streams.chat_tokenizer import ChatTokenizer
-from streams.recorded_call import RecordedCall, Unrecoverable, recorded_call
+from streams.recorded_call import BAD_MESSAGES, RecordedCall, Unrecoverable, recorded_call
 from tracetrain.chat_template import template_chat
 from tracetrain.errors import TracetrainError
 from tracetrain.settings import Settings
@@ -85,9 +85,12 @@ class Retokenizer:
     def from_settings(cls, settings: Settings) -> Retokenizer | None:
         if not settings.streams.retokenize:
             return None
-        from tracetrain.base_model import resolve_base_model
+        from tracetrain.base_model import model_dir
 
-        return cls(lambda: resolve_base_model(settings.base_model, settings.home_dir))
+        # Never converted here: a conversion imports torch and takes the event loop for many
+        # seconds. Until the learner (or `python -m tracetrain.base_model`) has written the
+        # folder, such calls are dead-lettered `no_tokenizer`, and replayable from the DLQ.
+        return cls(lambda: model_dir(settings.base_model, settings.home_dir))
 
     @property
     def tokenizer(self) -> ChatTokenizer:
@@ -100,4 +103,14 @@ class Retokenizer:
         return self._tokenizer
 
     def __call__(self, span: dict) -> tuple[list[int], list[int]]:
-        return call_ids(self.tokenizer, recorded_call(span))
+        try:
+            call = recorded_call(span)
+        except Unrecoverable:
+            raise
+        # Whatever else a sender's JSON makes the reading raise (nesting past the decoder's
+        # depth, parts that are not a list, two responses) is a bad record, not a worker crash
+        # that would read the same record again after every restart.
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+            raise Unrecoverable(BAD_MESSAGES, f"the recorded messages cannot be read: "
+                                f"{type(exc).__name__}: {str(exc)[:200]}") from exc
+        return call_ids(self.tokenizer, call)

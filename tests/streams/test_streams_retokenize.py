@@ -247,3 +247,36 @@ def test_the_tokenizer_loads_on_first_use_and_a_missing_one_is_a_dead_letter(tmp
             retokenize(_genai(*CALLS["one turn"]))
         assert error.value.reason == NO_TOKENIZER and "tokenizer.json" in str(error.value)
     assert asked == [1, 1]
+
+
+def _two_responses(attrs: dict) -> None:
+    out = json.loads(attrs["gen_ai.output.messages"])
+    out[0]["parts"] = [{"type": "tool_call_response", "id": "a", "response": "1"},
+                       {"type": "tool_call_response", "id": "b", "response": "2"}]
+    attrs["gen_ai.output.messages"] = json.dumps(out)
+
+
+@pytest.mark.parametrize("change", [
+    lambda a: a.update({"gen_ai.input.messages": "[" * 100_000 + "]" * 100_000}),
+    lambda a: a.update({"gen_ai.system_instructions": "5"}),
+    lambda a: a.update({"gen_ai.input.messages": json.dumps([{"role": "user", "parts": 5}])}),
+    _two_responses,
+], ids=["nested past the decoder", "instructions a number", "parts a number", "two responses"])
+def test_any_sender_json_that_cannot_be_read_is_a_bad_record_never_a_crash(change, tmp_path):
+    """Each of these raised out of the worker (RecursionError, TypeError, ValueError), which
+    read the same record again after every restart."""
+    attrs = chat_attributes(*CALLS["calls a tool"])
+    change(attrs)
+    with pytest.raises(Unrecoverable) as error:
+        Retokenizer(lambda: tmp_path)(_otel(attrs))  # the reading fails before any tokenizer
+    assert error.value.reason == BAD_MESSAGES, str(error.value)
+
+
+def test_an_openai_message_with_an_image_is_refused_not_trained_as_text():
+    messages = [{"role": "user", "content": [
+        {"type": "text", "text": "What is in this picture?"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]
+    span = _openai(messages, {"role": "assistant", "content": "A cat."}, "stop", None)
+    with pytest.raises(Unrecoverable) as error:
+        recorded_call(span)
+    assert error.value.reason == BAD_MESSAGES and "image_url" in str(error.value)
