@@ -46,12 +46,15 @@ def with_temperature(body: dict, forced: float | None, default: float) -> dict:
 
 
 def temperature_attribute(body: dict) -> str | None:
-    """The span attribute of the body's temperature; None for a value that is not a number
-    (the engine refuses such a call, and its span is an error span)."""
+    """The span attribute of the body's temperature; None for a value that is not a number, or
+    one past a float's range (the engine refuses such a call, and its span is an error span)."""
     value = body.get("temperature")
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return repr(float(value))
+    try:
+        return repr(float(value))
+    except OverflowError:  # an int past a float's range: no temperature an engine takes
+        return None
 
 
 def _sent(kind: str, request: dict):

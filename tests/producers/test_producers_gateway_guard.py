@@ -195,3 +195,18 @@ def test_reward_ids_are_checked_like_header_ids(gateway):
             assert resp.status_code == 422, resp.text
             assert f"'{field}'" in resp.text and "should match pattern" in resp.text
     assert pub.pending() == 0 and pub.counts["sent"] == 0  # nothing was published
+
+
+def test_a_temperature_past_a_floats_range_is_recorded_not_a_500(gateway):
+    """`float(10**400)` overflows: the span's temperature attribute raised in the recording
+    that must never raise, so the agent got a 500 and the call no span."""
+    url, settings, pub = gateway
+    body = json.dumps({**CHAT, "temperature": 10**400})
+    resp = httpx.post(url + "/v1/chat/completions", content=body,
+                      headers={**AUTH, "Content-Type": "application/json",
+                               "X-Rollout-Id": "ro-huge-t"})
+    assert resp.status_code == 200, resp.text  # the fixed upstream takes any temperature
+    assert pub.flush(20) == 0
+    spans = [s for _k, s in consume(settings.kafka.bootstrap_servers, settings.topics.spans, 1,
+                                    settle_s=0.5) if s["rollout_id"] == "ro-huge-t"]
+    assert len(spans) == 1 and "gen_ai.request.temperature" not in spans[0]["attributes"]
