@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 from learner import lm_head
+from tracetrain.numbers import GREEDY_BELOW
 from tracetrain.settings.learner import LearnerSettings
 
 
@@ -79,17 +80,13 @@ def _no_reward(completions, **_):
     return [0.0] * len(completions)
 
 
-# Below this a temperature samples greedily (vLLM's _SAMPLING_EPS; llama.cpp: <= 0).
-GREEDY_BELOW = 1e-5
-
-
 def scoring_temperature(transition: dict) -> float:
     """The temperature a transition is scored at: the engine's sampling temperature
     (Transition v2), 1.0 when unknown (v1, null). A greedy call (temperature 0) is scored at
     1.0, never divided by 0: greedy sampling has no distribution of its own to score, and both
     engines report a greedy call's logprobs under the unscaled distribution (the embedded
-    engine always reports raw-model logprobs; vLLM's processed logprobs apply no temperature
-    to greedy requests), so at 1.0 learner and behaviour logprobs are the same function and
+    engine reports raw-model logprobs below GREEDY_BELOW; vLLM's processed logprobs apply no
+    temperature to greedy requests), so at 1.0 learner and behaviour logprobs are the same function and
     their ratio still measures the engine/learner mismatch."""
     value = transition.get("sampling_temperature")
     return 1.0 if value is None or value < GREEDY_BELOW else float(value)

@@ -361,7 +361,9 @@ class Reloader:
                       path, exc, kept)
             return ReloaderState(registered_model=self.settings.mlflow.registered_model)
         model = self.settings.mlflow.registered_model
-        if state.registered_model not in (None, model):
+        # None: a state.json of before the model was recorded, whose versions may be another
+        # model's; starting afresh costs one reload
+        if state.registered_model != model:
             # its serving version would make this reloader skip lower numbers as going back
             log.info("%s speaks of registered model %r, not %r: starting afresh", path,
                      state.registered_model, model)

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import math
 
+# A sampling temperature below this is greedy (vLLM's bound): the engine reports, and the
+# learner scores, the raw model's distribution, never one divided by ~0.
+GREEDY_BELOW = 1e-5
+
 
 def finite_real_problem(value: object) -> str | None:
     """Why `value` is not a finite real number (the value and what was expected), or None."""

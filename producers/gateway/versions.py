@@ -42,6 +42,9 @@ class ServedVersions:
         while True:
             try:
                 resp = await http.get(f"{upstream}/models")
+                # an error answer (401, 503) with a JSON body is no list of models: keeping
+                # the names beats routing to plain `policy` with no version on the spans
+                resp.raise_for_status()
                 self.update([m.get("id") for m in resp.json().get("data", [])
                              if isinstance(m, dict)])
             except (httpx.HTTPError, ValueError, AttributeError, TypeError) as exc:

@@ -8,8 +8,9 @@ else (llama-server would add top_k=40, min_p=0.05 and more). Reported logprobs a
 distribution the token was sampled from: llama-server's post-sampling probabilities, the
 softmax of logits / temperature over the whole vocabulary (top_p 1, the default, truncates
 nothing), what the learner's forward pass divided by the recorded temperature gives. A greedy
-call (temperature 0) reports the raw model's, log-softmax of the logits (post-sampling, its
-one candidate would have probability 1), what the learner scores greedy transitions at.
+call (temperature below GREEDY_BELOW) reports the raw model's, log-softmax of the logits
+(post-sampling, its one candidate would have probability 1), what the learner scores greedy
+transitions at.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from tracetrain.numbers import GREEDY_BELOW
 
 TokenCallback = Callable[[str, list[int]], None]
 # llama-server's stop_type -> OpenAI finish_reason
@@ -76,7 +79,7 @@ def completion_body(req: GenRequest, stream: bool = False) -> dict:
             "samplers": ["temperature", "top_p"],
             # one probability is the sampled token's own; more are the alternatives asked for
             "n_probs": max(1, req.top_logprobs),
-            "post_sampling_probs": req.temperature > 0,
+            "post_sampling_probs": req.temperature >= GREEDY_BELOW,
             "return_tokens": True, "cache_prompt": True, "stream": stream}
     if req.stop:
         body["stop"] = req.stop

@@ -72,14 +72,16 @@ def test_a_variable_that_names_no_setting_is_refused_with_a_suggestion(monkeypat
     """pydantic-settings skips unknown variables: a typo would leave the default in force."""
     monkeypatch.setenv("TRACETRAIN_GATWAY__PORT", "9000")
     monkeypatch.setenv("TRACETRAIN_LEARNER__LEARNING_RATE", "0.1")
+    monkeypatch.setenv("tracetrain_gatway__host", "0.0.0.0")  # read whatever its case
     monkeypatch.setenv("TRACETRAIN_KAFKA__PORT", "abc")  # reported in the same error
     with pytest.raises(ConfigError) as err:
         load_settings()
     problems = "\n".join(err.value.problems)
+    assert "tracetrain_gatway__host: names no setting" in problems
     assert "TRACETRAIN_GATWAY__PORT: names no setting" in problems
     assert "did you mean 'gateway'" in problems
     assert "TRACETRAIN_LEARNER__LEARNING_RATE: names no setting" in problems
-    assert "TRACETRAIN_KAFKA__PORT" in problems and len(err.value.problems) == 3
+    assert "TRACETRAIN_KAFKA__PORT" in problems and len(err.value.problems) == 4
 
 
 def test_variables_that_are_settings_or_read_before_them_are_accepted(monkeypatch, tmp_path):

@@ -110,7 +110,9 @@ def _unknown_variables(environ: Mapping[str, str]) -> list[str]:
     a misspelt `TRACETRAIN_GATWAY__PORT` would leave the default in force unseen."""
     problems = []
     for name in sorted(environ):
-        if not name.startswith(ENV_PREFIX) or name[len(ENV_PREFIX):] in NOT_SETTINGS:
+        # pydantic-settings matches names whatever their case
+        if not name.upper().startswith(ENV_PREFIX) or \
+                name[len(ENV_PREFIX):].upper() in NOT_SETTINGS:
             continue
         model: type[BaseModel] | None = Settings
         for part in name[len(ENV_PREFIX):].lower().split("__"):
