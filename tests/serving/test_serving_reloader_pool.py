@@ -65,7 +65,7 @@ def test_every_engine_of_the_pool_loads_each_version_and_a_late_one_catches_up(t
     target = _version(tmp_path, 1)
     reloader.target = lambda: target
     assert reloader.step()
-    path = str(tmp_path / "reloader" / "versions" / "1" / "v1" / "adapter")
+    path = str(reloader.downloads / "1" / "v1" / "adapter")
     for engine in pool:
         assert engine.double.loras == {"policy": path, "policy-v1": path}
     state = reloader.state
