@@ -157,8 +157,15 @@ async def watch(pool: Pool, http: httpx.AsyncClient, every_s: float) -> None:
     while True:
         async with anyio.create_task_group() as group:
             for engine in pool.engines:
-                group.start_soon(probe, pool, engine, http)
+                group.start_soon(_probe_logged, pool, engine, http)
         await anyio.sleep(every_s)
+
+
+async def _probe_logged(pool: Pool, engine: Engine, http: httpx.AsyncClient) -> None:
+    try:
+        await probe(pool, engine, http)
+    except Exception:  # a fault here must not end the probing: no engine would come back
+        log.exception("the probe of %s failed unexpectedly", engine.url)
 
 
 class PoolCollector:
