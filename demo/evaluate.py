@@ -94,7 +94,7 @@ def own_engine(settings: Settings, version: int | None = None, alias: str | None
     engine = settings.engine.model_copy(update={"port": port,
                                                 "slots": slots or settings.engine.slots})
     url = f"http://{engine.host}:{port}"
-    reloader_cfg = settings.reloader.model_copy(update={"engine_url": url, **(
+    reloader_cfg = settings.reloader.model_copy(update={"engine_url": url, "engine_urls": [], **(
         {"alias": alias} if alias else {})})
     settings = settings.model_copy(update={"engine": engine, "reloader": reloader_cfg})
     record = services.start(settings, ENGINE, instance=f"{name}-{port}")

@@ -76,11 +76,12 @@ def demo_settings(settings: Settings, opts: DemoOptions, task: Task, run_id: str
         "experiment": f"demo-{task.name}-{run_id}",
         "registered_model": f"demo-{task.name}-{run_id}"})
     topic_cfg = settings.topics.model_copy(update={"prefix": f"{settings.topics.prefix}-demo-{run_id}"})
+    # The demo runs one engine of its own: a pool set for the stack is not the demo's.
     gateway = settings.gateway.model_copy(update={
-        "upstream_url": f"{engine_url(settings)}/v1"})
+        "upstream_url": f"{engine_url(settings)}/v1", "upstream_urls": []})
     # The run's downloads stay with the run (the reloader keeps them per registered model)
     reloader = settings.reloader.model_copy(update={
-        "download_dir": settings.home_dir / "demo" / run_id / "versions"})
+        "download_dir": settings.home_dir / "demo" / run_id / "versions", "engine_urls": []})
     return settings.model_copy(update={"learner": learner, "engine": engine, "streams": streams, "mlflow": mlflow,
                                        "topics": topic_cfg, "gateway": gateway, "reloader": reloader})
 

@@ -24,3 +24,11 @@ class SpoolFull(ProducerError, Backpressure):
 
     def __init__(self, message: str, retry_after: float):
         Backpressure.__init__(self, message, retry_after)
+
+
+class NoHealthyEngine(ProducerError, Backpressure):
+    """Every engine of the gateway's pool is out (each failed a call or a probe): the call was
+    not sent; retry after `retry_after` seconds, when the next probe may have taken one back."""
+
+    def __init__(self, message: str, retry_after: float):
+        Backpressure.__init__(self, message, retry_after)

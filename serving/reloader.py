@@ -1,4 +1,5 @@
-"""The reloader: makes the engine serve the version a registered-model alias points at.
+"""The reloader: makes every engine of the pool serve the version a registered-model alias
+points at.
 
     tracetrain reloader [--max-seconds S] [--max-loads N]
 
@@ -10,16 +11,24 @@ folder beside `reloader.download_dir/<registered model>/N` (default
 `home/reloader/versions/<registered model>/N`: every registered model numbers its versions from
 1, so a folder per number alone would serve one model's weights as another's) and renames it
 there once complete, so a transfer cut short is never loaded: it is fetched again. Loads the
-version into the engine (LoRA adapter or full weights; the embedded engine takes only folders
-under the download folder, with its load key, serving/access.py), checks the engine reports
-the new version, and writes `home/reloader/state.json` atomically (serving version, reload
-latencies, broken versions, the registered model it speaks of; the same JSON on `/state`,
-beside `/metrics` and `/healthz`, when `tracetrain reloader` serves them on
-`reloader.metrics_port`); a restarted reloader starts
-from it, unless it speaks of another registered model. Never moves to a lower version than one
-it has loaded; a version that fails to load `max_attempts` times is marked broken and not tried
-again; MLflow or engine outages, a failed download included, are retried on the next poll
-without blaming the version.
+version into each engine of `reloader.engine_urls` (or the one engine) that does not serve it
+yet, one engine at a time (LoRA adapter or full weights; the embedded engine takes only folders
+under the download folder, with its load key, serving/access.py), checks each reports the new
+version, and writes `home/reloader/state.json` atomically (version served, which engine serves
+which version and whether the pool has converged on it, reload latencies, broken versions, the
+registered model it speaks of; the same JSON on `/state`, beside `/metrics` and `/healthz`,
+when `tracetrain reloader` serves them on `reloader.metrics_port`); a restarted reloader starts
+from it, unless it speaks of another registered model. Every poll asks each engine what it
+serves, so an engine that restarted (back on the base model) or was down during a load gets the
+version when it answers again. Never moves to a lower version than one it has loaded; a version
+that fails to load `max_attempts` times is marked broken and not tried again; MLflow or engine
+outages, a failed download included, are retried on the next poll without blaming the version.
+
+One reloader drives the whole pool, rather than one per engine: a version is downloaded once,
+one state file says which engine serves what, and loading one engine at a time keeps the rest
+of the pool serving at full speed while each engine converts and starts its new version (on a
+shared host the conversions would otherwise compete), and stops a version an engine refuses
+before it reaches the others.
 """
 
 from __future__ import annotations
@@ -38,7 +47,7 @@ from urllib.parse import quote
 from serving.access import download_dir, load_key
 from serving.engine_client import EngineClient, EngineUnavailable
 from serving.errors import LoadError, ServingError
-from serving.service import engine_url
+from serving.service import engine_urls
 from tracetrain.observability import Metrics, StatusServer
 from tracetrain.settings import Settings
 
@@ -63,12 +72,18 @@ def _as_target(mv) -> Target:
 @dataclass
 class ReloaderState:
     registered_model: str | None = None  # None: a state.json of before it was recorded
+    # The newest version loaded (into one engine or more): the pool's, which it never leaves
+    # for a lower one.
     serving_version: int | None = None
     policy_version: int | None = None
     loads: list[dict] = field(default_factory=list)
     broken: dict[str, str] = field(default_factory=dict)
     attempts: dict[str, int] = field(default_factory=dict)
     last_error: str | None = None
+    # engine URL -> {"serving_version", "policy_version", "path", "error"}: what it was last
+    # seen to serve, and why the last contact with it failed (None: it answered).
+    engines: dict[str, dict] = field(default_factory=dict)
+    converged: bool = False  # every engine answers and serves `serving_version`
 
 
 class ReloaderMetrics:
@@ -84,6 +99,11 @@ class ReloaderMetrics:
                                        "serves (0: none yet).")
         self.policy_version = m.gauge("policy", "version", "policy_version the engine serves.")
         self.broken = m.gauge("broken", "versions", "Versions marked broken (never retried).")
+        self.engine_version = m.gauge("engine_serving", "version", "Registered version each "
+                                      "engine of the pool serves (0: none yet, or unknown).",
+                                      ["engine"])
+        self.converged = m.gauge("converged", "value", "1 when every engine of the pool "
+                                 "answers and serves the newest version loaded, else 0.")
         self.downloads = m.counter("downloaded", "versions", "Version downloads by outcome (ok, "
                                    "failed: fetched again on the next poll).", ["outcome"])
 
@@ -116,9 +136,10 @@ class Reloader:
         from mlflow import MlflowClient
 
         self.mlflow = MlflowClient(tracking_uri=settings.mlflow.uri)
-        self.engine = client or EngineClient(
-            engine_url(settings), settings.engine.backend, settings.engine.served_name,
-            load_key=load_key(settings) if settings.engine.backend == "embedded" else None)
+        key = load_key(settings) if settings.engine.backend == "embedded" else None
+        self.engines = {client.base_url: client} if client else {
+            url: EngineClient(url, settings.engine.backend, settings.engine.served_name,
+                              load_key=key) for url in engine_urls(settings)}
         self.folder = folder or settings.home_dir / "reloader"  # state.json
         self.folder.mkdir(parents=True, exist_ok=True)
         self.downloads = download_dir(settings) / quote(settings.mlflow.registered_model, safe="")
@@ -164,7 +185,8 @@ class Reloader:
                                f"{self.settings.mlflow.uri}: {exc}") from exc
 
     def step(self) -> bool:
-        """Bring the engine to the alias's version if needed; True if a load happened."""
+        """Bring every engine that answers to the alias's version, one at a time, where it
+        does not serve it yet; True if they all loaded it now."""
         self.metrics.polls.inc()
         try:
             target = self.target()
@@ -185,21 +207,36 @@ class Reloader:
             return False
         if time.monotonic() < self._next_try.get(target.version, 0.0):
             return False
-        try:
-            if current == target.version and self.engine.serves(self._local(target),
-                                                                target.policy_version):
-                return False
-            return self.load(target)
-        except EngineUnavailable as exc:
-            self._error(f"{exc}; retrying in {self.cfg.poll_s}s")
+        behind = self._behind(target)
+        if not behind:
+            self._converged()
             return False
+        return self.load(target, behind)
+
+    def _behind(self, target: Target) -> list[str]:
+        """The engines that answer and do not serve `target`; one that does not answer is
+        noted and left for the next poll."""
+        behind = []
+        for url, engine in self.engines.items():
+            seen = self.state.engines.get(url) or {}
+            try:
+                if seen.get("serving_version") == target.version and \
+                        engine.serves(seen.get("path") or "", target.policy_version):
+                    seen["error"] = None
+                    continue
+            except EngineUnavailable as exc:
+                self._engine_error(url, f"{exc}; retrying in {self.cfg.poll_s}s")
+                continue
+            behind.append(url)
+        return behind
 
     def _local(self, target: Target) -> str:
         return str(self.downloads / str(target.version))
 
-    def load(self, target: Target) -> bool:
-        """Download `target` (once) and make the engine serve it; False if it failed."""
-        key, started = str(target.version), time.monotonic()
+    def load(self, target: Target, urls: list[str] | None = None) -> bool:
+        """Download `target` (once) and load it into each engine of `urls` (default: the
+        whole pool), one after another; True if every one of them serves it now."""
+        started = time.monotonic()
         try:
             dst = self._download(target)
         except ServingError as exc:
@@ -209,30 +246,68 @@ class Reloader:
             return False
         try:
             kind, folder = find_checkpoint(dst)
-            load = self.engine.load_lora if kind == "lora" else self.engine.load_full
-            load(str(folder), target.policy_version)
-            self._verify(str(folder), target)
         except (LoadError, OSError) as exc:
             return self._failed(target, exc)
-        seconds = time.monotonic() - started
+        urls = list(self.engines) if urls is None else urls
+        for url in urls:
+            engine = self.engines[url]
+            try:
+                load = engine.load_lora if kind == "lora" else engine.load_full
+                load(str(folder), target.policy_version)
+                self._verify(engine, str(folder), target)
+            except EngineUnavailable as exc:
+                self._engine_error(url, f"{exc}; retrying in {self.cfg.poll_s}s")
+                continue
+            except (LoadError, OSError) as exc:
+                # The version, not the engine, is to blame: it goes no further this time.
+                self._seen(url)["error"] = f"refused version {target.version}: {exc}"
+                self._converged()
+                return self._failed(target, exc)
+            self._loaded(url, target, kind, str(folder), time.monotonic() - started)
+        self._converged()
+        self._save()
+        return all((self.state.engines.get(url) or {}).get("serving_version") == target.version
+                   for url in urls)
+
+    def _loaded(self, url: str, target: Target, kind: str, path: str, seconds: float) -> None:
         since_registry = (time.time() * 1000 - target.registered_ms) / 1000 \
             if target.registered_ms else None
         self.state.serving_version, self.state.policy_version = target.version, \
             target.policy_version
-        self.state.attempts.pop(key, None)
+        self.state.engines[url] = {"serving_version": target.version,
+                                   "policy_version": target.policy_version, "path": path,
+                                   "error": None}
+        self.state.attempts.pop(str(target.version), None)
         self.state.last_error = None
         self.state.loads.append({"version": target.version, "policy_version":
-                                 target.policy_version, "kind": kind, "seconds": seconds,
-                                 "since_alias_s": since_registry, "at": time.time()})
+                                 target.policy_version, "kind": kind, "engine": url,
+                                 "seconds": seconds, "since_alias_s": since_registry,
+                                 "at": time.time()})
         del self.state.loads[:-LOADS_KEPT]
         self.metrics.loads.labels("ok").inc()
         self.metrics.load_seconds.observe(seconds)
         self.metrics.serving_version.set(target.version)
         self.metrics.policy_version.set(target.policy_version)
-        self._save()
-        log.info("engine now serves version %s (policy_version %d, %s) after %.2fs",
-                 key, target.policy_version, kind, seconds)
-        return True
+        self.metrics.engine_version.labels(url).set(target.version)
+        log.info("engine %s now serves version %s (policy_version %d, %s), %.2fs after the "
+                 "version's download began", url, target.version, target.policy_version, kind,
+                 seconds)
+
+    def _seen(self, url: str) -> dict:
+        return self.state.engines.setdefault(url, {"serving_version": None,
+                                                   "policy_version": None, "path": None,
+                                                   "error": None})
+
+    def _engine_error(self, url: str, message: str) -> None:
+        self._seen(url)["error"] = message
+        self._error(message)
+
+    def _converged(self) -> None:
+        serving = self.state.serving_version
+        self.state.converged = serving is not None and all(
+            (seen := self.state.engines.get(url)) is not None and seen.get("error") is None
+            and seen.get("serving_version") == serving for url in self.engines)
+        self.metrics.converged.set(int(self.state.converged))
 
     def _download(self, target: Target) -> Path:
         """The version's folder, downloaded whole: into a temporary folder first, renamed into
@@ -261,12 +336,12 @@ class Reloader:
         self.metrics.downloads.labels("ok").inc()
         return dst
 
-    def _verify(self, path: str, target: Target) -> None:
+    def _verify(self, engine: EngineClient, path: str, target: Target) -> None:
         deadline = time.monotonic() + self.cfg.verify_timeout_s
-        while not self.engine.serves(path, target.policy_version):
+        while not engine.serves(path, target.policy_version):
             if time.monotonic() > deadline:
-                raise LoadError(f"engine accepted version {target.version} but does not report "
-                                f"it after {self.cfg.verify_timeout_s}s")
+                raise LoadError(f"engine {engine.base_url} accepted version {target.version} "
+                                f"but does not report it after {self.cfg.verify_timeout_s}s")
             time.sleep(0.1)
 
     def _failed(self, target: Target, exc: Exception) -> bool:
@@ -296,7 +371,7 @@ class Reloader:
         wake = self._checkpoint_waker()
         loads = 0
         log.info("following %s@%s in %s for %s", self.settings.mlflow.registered_model,
-                 self.cfg.alias, self.settings.mlflow.uri, self.engine.base_url)
+                 self.cfg.alias, self.settings.mlflow.uri, ", ".join(self.engines))
         try:
             while not stop.is_set():
                 loads += self.step()
@@ -312,7 +387,8 @@ class Reloader:
                 else:
                     stop.wait(wait)
         finally:
-            self.engine.close()
+            for engine in self.engines.values():
+                engine.close()
         return self.state
 
     def _checkpoint_waker(self):
@@ -372,6 +448,9 @@ class Reloader:
         if state.serving_version is not None:
             self.metrics.serving_version.set(state.serving_version)
             self.metrics.policy_version.set(state.policy_version or 0)
+        for url, seen in state.engines.items():
+            if url in self.engines:
+                self.metrics.engine_version.labels(url).set(seen.get("serving_version") or 0)
         self.metrics.broken.set(len(state.broken))
         log.info("restored %s: version %s served, broken %s", path, state.serving_version,
                  sorted(state.broken) or "none")

@@ -20,6 +20,11 @@ def engine_url(settings: Settings) -> str:
     return f"http://{settings.engine.host}:{settings.engine.port}"
 
 
+def engine_urls(settings: Settings) -> list[str]:
+    """Every engine the reloader drives: the pool's (`reloader.engine_urls`), or the one."""
+    return list(settings.reloader.engine_urls) or [engine_url(settings)]
+
+
 def _engine_argv(settings: Settings) -> list[str]:
     if settings.engine.backend == "vllm":
         from serving.vllm import vllm_argv

@@ -10,7 +10,8 @@ records, helpers and the shared pytest fixtures. Never installed with the produc
     producers       reading a topic back as decoded records
     streams         producing events to, and reading records back from, a test's topics
     learner         Transition records, producing them, learner settings
-    serving         engine settings, real LoRA adapters of the default model, registering them
+    serving         engine settings, a pool of engine processes, real LoRA adapters of the
+                    default model, registering them
     metrics         checks of a process's /metrics (names under the scheme) and /state pages
     fixtures/       the shared fixtures (broker, MLflow server, model), loaded through
                     `pytest_plugins` in tests/conftest.py

@@ -1,18 +1,20 @@
-"""Helpers of the serving tests and bench.reload: engine settings on a free port, the engine's
-policy endpoint, loading an adapter as the reloader does, real PEFT LoRA adapters of the
-default model and registering them in MLflow."""
+"""Helpers of the serving tests and bench.reload: engine settings on a free port, a pool of
+engine processes, the engine's policy endpoint, loading an adapter as the reloader does, real
+PEFT LoRA adapters of the default model and registering them in MLflow."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import uuid
 from pathlib import Path
 
 import httpx
 
-from infra import processes
+from infra import processes, services
 from serving.access import download_dir, load_key
-from serving.service import engine_url
+from serving.service import ENGINE, engine_url
 from tracetrain.settings import load_settings
 from tracetrain.settings.serving import EngineSettings
 
@@ -20,6 +22,30 @@ from tracetrain.settings.serving import EngineSettings
 def engine_settings(home: Path, model_dir: Path, **engine):
     return load_settings(home=home, base_model=str(model_dir),
                          engine=EngineSettings(port=processes.free_port(), **engine))
+
+
+class EnginePool:
+    """`size` embedded engine processes on free ports of one home (so they share the load key
+    and the download folder, as a reloader driving them all needs), each its own instance
+    (`engine-0`, ...), which a test may kill and start again on the same port."""
+
+    def __init__(self, home: Path, model_dir: Path, size: int = 2, **engine):
+        first = engine_settings(home, model_dir, **engine)
+        self.settings = [first] + [first.model_copy(update={"engine": first.engine.model_copy(
+            update={"port": processes.free_port()})}) for _ in range(size - 1)]
+        self.urls = [engine_url(s) for s in self.settings]
+
+    def start(self, index: int) -> None:
+        services.start(self.settings[index], ENGINE, instance=f"engine-{index}")
+
+    def kill(self, index: int) -> None:
+        """SIGKILL the engine and its llama-servers (its process group): a machine lost."""
+        record = processes.read_record(self.settings[index].home_dir, f"engine-{index}")
+        os.killpg(record.pid, signal.SIGKILL)
+        processes.wait_until(lambda: not processes.is_ours(record), 10, f"engine-{index} to die")
+
+    def stop(self, index: int) -> None:
+        services.stop(self.settings[index], f"engine-{index}")
 
 
 def policy_info(url: str) -> dict:

@@ -38,6 +38,7 @@ FIXTURE_MARKERS: dict[str, tuple[str, ...]] = {
     "engine_url": ("processes",),
     "reload_engine": ("processes",),
     "one_slot_engine": ("processes",),
+    "engine_pool": ("processes",),
     "workers": ("processes",),
     "stack_home": ("integration", "mlflow", "processes"),
 }

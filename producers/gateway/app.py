@@ -4,15 +4,21 @@
 
 Reads: OpenAI-style requests from agents (`/v1/chat/completions`, `/v1/completions`,
 `/v1/models`, also under `/rollouts/{rollout_id}/v1/...` and `/rollouts/{rollout_id}/{mode}/v1/...`),
-rewards (`POST /v1/rewards`) and OTLP/HTTP traces (`POST /v1/traces`). Forwards calls to `settings.gateway.upstream_url` (vLLM,
-the embedded engine, any OpenAI-compatible server) asking for token ids and logprobs.
+rewards (`POST /v1/rewards`) and OTLP/HTTP traces (`POST /v1/traces`). Forwards calls to the
+engines of `settings.gateway.upstream_urls` (or the one `upstream_url`: vLLM, the embedded
+engine, any OpenAI-compatible server) asking for token ids and logprobs: a rollout stays on one
+engine while it is healthy, a new one goes to the least-loaded (producers/gateway/pool.py), and
+a call whose engine fails before answering is sent once more to another
+(producers/gateway/upstreams.py); with every engine out, calls get 503 with Retry-After.
 Writes: one Span per call (errors included) and Rewards, through the publisher. The span
 records the sampling temperature the engine used (attribute `gen_ai.request.temperature`) and
 the rollout's mode (`tracetrain.rollout_mode`): `train` calls are sent at
 `gateway.train_temperature`, `val` calls greedy (temperature 0), others as sent, at
 `gateway.default_temperature` when they give none.
-Serves `/metrics` (Prometheus: the gateway's and its publisher's), `/healthz` and `/state`
-(JSON: calls per route and status, the publisher's records per outcome, held spans).
+Serves `/metrics` (Prometheus: the gateway's, its pool's per engine and its publisher's),
+`/healthz` and `/state` (JSON: calls per route and status, the publisher's records per outcome,
+held spans, each engine of the pool). Each span names the engine that answered
+(`gateway.upstream`) and carries that engine's policy version.
 
 Keys: every call route needs `Authorization: Bearer <key>` with one of `gateway.api_keys`
 whenever the gateway binds a non-loopback address (`gateway.auth`); such a gateway without
@@ -37,13 +43,13 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from producers.errors import RecordTooLarge
-from producers.gateway import capture
+from producers.gateway import capture, upstreams
 from producers.gateway.guard import check_auth, read_json_body, validate_call
 from producers.gateway.ids import BadIdHeader, CallIds, call_ids
 from producers.gateway.otlp import add_otlp_routes
+from producers.gateway.pool import Pool
 from producers.gateway.recording import SpanRecorder
 from producers.gateway.rewards import add_reward_routes
-from producers.gateway.versions import ServedVersions
 from producers.publisher import Publisher
 from producers.records import llm_part, new_id, new_span
 from tracetrain.errors import Backpressure, BadRequest, ConfigError
@@ -100,7 +106,7 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
     problem = gw.auth_problem()  # also checked when settings load; settings built in code
     if problem:                  # (model_copy) skip that check
         raise ConfigError([problem])
-    upstream = gw.upstream_url.rstrip("/")
+    pool = Pool(gw.engine_urls(), gw.sticky_ttl_s, gw.sticky_max)
     keys = [] if gw.auth == "off" else [k.get_secret_value().encode() for k in gw.api_keys]
     state: dict = {}
     metrics = Metrics("gateway")  # this app's own: two apps in one process never share counts
@@ -111,7 +117,7 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
     recorder = state["recorder"] = SpanRecorder(metrics, gw.held_spans_max)
     # The temperature each mode forces on the forwarded request (none: as sent).
     forced = {"train": gw.train_temperature, "val": 0.0}
-    versions = ServedVersions()
+    metrics.register(upstreams.PoolCollector(pool))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -119,14 +125,17 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
         metrics.register(state["pub"].metrics.registry)
         headers = {"authorization": f"Bearer {gw.upstream_api_key.get_secret_value()}"} \
             if gw.upstream_api_key else {}
-        state["http"] = httpx.AsyncClient(timeout=gw.upstream_timeout_s, headers=headers)
+        # A dead host fails the connect in probe_timeout_s, not in a generation's time.
+        state["http"] = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(
+            gw.upstream_timeout_s, connect=gw.probe_timeout_s))
+        probes = httpx.AsyncClient(timeout=gw.probe_timeout_s, headers=headers)
         held_task = recorder.start(state["pub"])
-        versions_task = asyncio.create_task(
-            versions.follow(state["http"], upstream, gw.versions_refresh_s))
+        watch_task = asyncio.create_task(upstreams.watch(pool, probes, gw.versions_refresh_s))
         yield
-        versions_task.cancel()
+        watch_task.cancel()
         held_task.cancel()
         await state["http"].aclose()
+        await probes.aclose()
         recorder.close()
         if publisher is None:
             state["pub"].close()
@@ -157,8 +166,9 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
 
     @app.exception_handler(Backpressure)
     async def _backpressure(request: Request, exc: Backpressure):
-        # The one 503 of every route: the spool or its disk is full, the publisher is busy, or
-        # `gateway.held_spans_max` spans wait for it. Nothing was recorded for this call.
+        # The one 503 of every route: the spool or its disk is full, the publisher is busy,
+        # `gateway.held_spans_max` spans wait for it, or every engine of the pool is out.
+        # Nothing was recorded for this call.
         calls.labels(request.url.path.rsplit("/", 1)[-1], "5xx").inc()
         return JSONResponse({"error": {"message": str(exc), "type": "overloaded_error"}},
                             status_code=503,
@@ -170,7 +180,7 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
         # reach Kafka and whether it has room for more; `held_spans` wait for the publisher.
         pub = state["pub"]
         return {**pub.health(), "pending": pub.pending(), "counts": pub.counts,
-                "held_spans": recorder.held}
+                "held_spans": recorder.held, "engines_healthy": pool.state()["healthy"]}
 
     @app.get("/metrics")
     async def metrics_page():
@@ -187,16 +197,22 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
         return {"handled_calls": handled, "publisher": state["pub"].name,
                 "published_records": dict(state["pub"].counts),
                 "pending_records": state["pub"].pending(), "held_spans": recorder.held,
-                "upstream_refuses_token_ids": bool(state.get("upstream_refuses_token_ids")),
-                # model -> the versioned name its calls go to (vLLM; see versions.py)
-                "served_versions": dict(versions.newest)}
+                "upstream_refuses_token_ids": any(e.refuses_token_ids for e in pool.engines),
+                # model -> the newest versioned name an engine serves (vLLM; see versions.py)
+                "served_versions": pool.newest_versions(), "pool": pool.state()}
 
     async def models(request: Request, rollout_id: str | None = None, mode: str | None = None):
         check_auth(request, keys)
+
+        async def attempt(engine):
+            return await state["http"].get(f"{engine.url}/models")
+
         try:
-            resp = await state["http"].get(f"{upstream}/models")
-        except httpx.HTTPError as exc:
-            raise BadRequest(f"upstream {upstream} unreachable: {exc!r}", status=502) from exc
+            sent = await upstreams.send(pool, None, attempt, gw.versions_refresh_s)
+        except upstreams.Unreachable as exc:
+            raise BadRequest(str(exc), status=502) from exc
+        sent.lease.release()
+        resp = sent.response
         return Response(resp.content, status_code=resp.status_code,
                         media_type=resp.headers.get("content-type"))
 
@@ -222,33 +238,31 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
         body = capture.with_temperature(body, forced.get(ids.mode), gw.default_temperature)
         # Refuse now (413, 503) what could not be recorded, not after the upstream worked.
         state["pub"].admit(settings.topics.spans, capture.request_bytes(kind, body))
-        ask = gw.request_token_ids and not state.get("upstream_refuses_token_ids")
-        served = versions.pick(body.get("model"))  # vLLM: the newest `<model>-v<N>`
-        forwarded = body if served is None else {**body, "model": served}
-        sent = capture.prepare_request(kind, forwarded, ask)
+        stream = bool(body.get("stream"))
         span_id, start = new_id(8), time.time_ns()
         out_headers = {"x-rollout-id": ids.rollout_id, "x-span-id": span_id}
+        attempt = upstreams.call_attempt(state["http"], kind, path, body, gw.request_token_ids,
+                                         stream)
         try:
-            resp = await _send(sent, path, bool(body.get("stream")))
-            if ask and sent != forwarded and resp.status_code == 400 and \
-                    await _refuses_our_fields(resp):
-                # An upstream that rejects return_token_ids (OpenAI itself, strict servers):
-                # remember it and send the client's body unchanged from now on.
-                state["upstream_refuses_token_ids"] = True
-                resp = await _send(forwarded, path, bool(body.get("stream")))
-        except httpx.HTTPError as exc:
-            message = f"upstream {upstream} unreachable: {exc!r}"
-            _record(ids, span_id, start, kind, body, None, None, 502, message)
+            # NoHealthyEngine (every engine out) is a Backpressure: 503, nothing recorded.
+            sent = await upstreams.send(pool, ids.rollout_id, attempt, gw.versions_refresh_s)
+        except upstreams.Unreachable as exc:
+            _record(ids, span_id, start, kind, body, None, None, 502, str(exc), exc.engine.url)
             calls.labels(kind, "5xx").inc()
-            return JSONResponse({"error": {"message": message, "type": "upstream_error"}},
+            return JSONResponse({"error": {"message": str(exc), "type": "upstream_error"}},
                                 status_code=502, headers=out_headers)
+        resp, engine = sent.response, sent.engine
         headers = {k: v for k, v in resp.headers.items() if k.lower() not in _DROP}
         headers.update(out_headers)
+        # The version of the engine that answered (embedded engine; vLLM's is in the model).
         policy_header = resp.headers.get("x-policy-version")
-        if not body.get("stream") or resp.status_code >= 400:
-            if body.get("stream"):
-                await resp.aread()
-                await resp.aclose()
+        if not stream or resp.status_code >= 400:
+            try:
+                if stream:
+                    await resp.aread()
+                    await resp.aclose()
+            finally:
+                sent.lease.release()
             latency.labels(kind).observe((time.time_ns() - start) / 1e9)
             calls.labels(kind, f"{resp.status_code // 100}xx").inc()
             try:
@@ -259,7 +273,7 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
             if resp.status_code < 400 and not isinstance(parsed, dict):
                 error = f"upstream returned a non-JSON body: {resp.text[:200]!r}"
             _record(ids, span_id, start, kind, body, parsed, policy_header, resp.status_code,
-                    error)
+                    error, engine.url)
             return Response(resp.content, status_code=resp.status_code, headers=headers)
 
         assembler = capture.StreamAssembler(kind)
@@ -274,10 +288,11 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
                     outcome[0] = "ok"
                 recorded.append(outcome[0])
                 _stream_ended(ids, span_id, start, kind, body, assembler, policy_header,
-                              resp.status_code, outcome[0])
+                              resp.status_code, outcome[0], engine.url)
 
         async def close() -> None:
             finish()  # a relay that never started (the client left at once) records here
+            sent.lease.release()
             with anyio.CancelScope(shield=True):
                 await resp.aclose()
 
@@ -289,13 +304,15 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
                         yield chunk
                     outcome[0] = "ok" if assembler.complete else "broken"
                     if not assembler.complete:
-                        assembler.error = (f"upstream {upstream} ended the stream after "
+                        assembler.error = (f"upstream {engine.url} ended the stream after "
                                            f"{assembler.bytes} bytes without [DONE] or a finish "
                                            "reason")
                 except httpx.HTTPError as exc:
                     outcome[0] = "broken"
-                    assembler.error = (f"upstream {upstream} broke off the stream after "
+                    assembler.error = (f"upstream {engine.url} broke off the stream after "
                                        f"{assembler.bytes} bytes: {exc!r}")
+                    # Not sent again (the agent has part of the answer); the engine is out.
+                    upstreams.take_out(pool, engine, f"broke off a stream: {exc!r}")
                 if outcome[0] == "broken":
                     yield capture.error_event(assembler.error)
             finally:
@@ -308,29 +325,20 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
 
     def _stream_ended(ids: CallIds, span_id: str, start: int, kind: str, body: dict,
                       assembler: capture.StreamAssembler, policy_header: str | None,
-                      status: int, outcome: str) -> None:
+                      status: int, outcome: str, upstream: str) -> None:
         latency.labels(kind).observe((time.time_ns() - start) / 1e9)
         calls.labels(kind, "2xx" if outcome == "ok" else outcome).inc()
         if outcome == "cancelled":
             _record(ids, span_id, start, kind, body, assembler.response(), policy_header, status,
                     "the client went away before the stream ended "
-                    f"(after {assembler.bytes} bytes)", span_status="cancelled")
+                    f"(after {assembler.bytes} bytes)", upstream, span_status="cancelled")
         else:
             _record(ids, span_id, start, kind, body, assembler.response(), policy_header, status,
-                    assembler.error)
-
-    async def _send(payload: dict, path: str, stream: bool) -> httpx.Response:
-        req = state["http"].build_request("POST", upstream + path, json=payload)
-        return await state["http"].send(req, stream=stream)
-
-    async def _refuses_our_fields(resp: httpx.Response) -> bool:
-        text = (await resp.aread()).decode(errors="replace")
-        await resp.aclose()
-        return "return_token_ids" in text
+                    assembler.error, upstream)
 
     def _record(ids: CallIds, span_id: str, start: int, kind: str, body: dict,
                 resp, policy_header: str | None, status: int, error: str | None,
-                span_status: str | None = None) -> None:
+                upstream: str, span_status: str | None = None) -> None:
         """Record the call's span; never raises (the agent gets the upstream's answer)."""
         try:
             llm, attrs = capture.llm_from_response(
@@ -342,7 +350,7 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
             error = error or f"the upstream's answer could not be read as a {kind} response: " \
                              f"{exc!r}"
         attrs.update({"http.status_code": str(status), "gateway.endpoint": kind,
-                      "stream": str(bool(body.get("stream"))).lower()})
+                      "gateway.upstream": upstream, "stream": str(bool(body.get("stream"))).lower()})
         temperature = capture.temperature_attribute(body)
         if temperature is not None:
             attrs[TEMPERATURE_ATTRIBUTE] = temperature

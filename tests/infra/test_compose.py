@@ -27,7 +27,7 @@ from pydantic import BaseModel
 
 from infra.stack import SERVICES as STAGES
 from serving.access import download_dir
-from serving.service import engine_url
+from serving.service import engine_urls
 from serving.vllm import vllm_argv
 from tracetrain.base_model import model_dir
 from tracetrain.settings import ENV_PREFIX, Settings, env_name, load_settings
@@ -60,8 +60,10 @@ URL_DEFAULT_PORTS = {"http": 80, "https": 443, "postgresql": 5432}
 BUCKET_SCHEMES = {"s3"}
 URL = re.compile(r"\b([a-z][\w+.-]*)://([^\s,\"';/]*)", re.I)
 HOST_PORT = re.compile(r"(?<![\w.-])([a-z][\w.-]*):(\d+)\b", re.I)
-# Addresses a stage takes from settings rather than from a variable holding a URL.
-STAGE_ADDRESSES = {"gateway": lambda s: s.gateway.upstream_url, "reloader": engine_url}
+# Addresses a stage takes from settings rather than from a variable holding a URL: every engine
+# of a pool.
+STAGE_ADDRESSES = {"gateway": lambda s: " ".join(s.gateway.engine_urls()),
+                   "reloader": lambda s: " ".join(engine_urls(s))}
 
 
 # ---- reading the file ------------------------------------------------------------------------

@@ -53,7 +53,8 @@ def test_reloader_drives_vllm_with_its_exact_endpoints(vllm_double, mlflow_serve
     adapter = make_adapters(base_model_dir, tmp_path / "adapters", seeds=[3])[0]
     first = register_version(mlflow_server.uri, name, adapter)
     state = Reloader(settings).run(max_seconds=60, max_loads=1)
-    local = str(tmp_path / "reloader" / "versions" / str(first) / "adapter")
+    versions = tmp_path / "reloader" / "versions" / name  # a folder per registered model
+    local = str(versions / str(first) / "adapter")
     assert state.serving_version == first
     posts = [c for c in double.calls if c[0] == "POST"]
     # The plain name for direct clients, and the name that carries the policy version (the
@@ -75,8 +76,7 @@ def test_reloader_drives_vllm_with_its_exact_endpoints(vllm_double, mlflow_serve
     posts = [c for c in double.calls if c[0] == "POST"]
     assert posts == [("POST", "/collective_rpc", {
         "method": "reload_weights",
-        "kwargs": {"weights_path": str(tmp_path / "reloader" / "versions" / str(second) /
-                                       "adapter")}})]
+        "kwargs": {"weights_path": str(versions / str(second) / "adapter")}})]
 
 
 def test_vllm_keeps_the_two_newest_versioned_adapters_loaded(vllm_double, tmp_path):

@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 
+from tracetrain.settings.urls import check_urls
+
 # librdkafka properties the publisher's promise rests on: not overridable through `librdkafka`.
 PROTECTED_LIBRDKAFKA = ("bootstrap.servers", "enable.idempotence", "acks", "message.timeout.ms",
                         "message.max.bytes", "compression.type", "linger.ms", "batch.size",
@@ -89,7 +91,26 @@ def is_loopback(host: str) -> bool:
 class GatewaySettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
-    upstream_url: str = Field("http://127.0.0.1:8100/v1", description="OpenAI-compatible engine.")
+    upstream_url: str = Field(
+        "http://127.0.0.1:8100/v1", description="The OpenAI-compatible engine, when there is one "
+        "(several: `upstream_urls`).")
+    upstream_urls: list[str] = Field(
+        default_factory=list, description="The engines of a pool, each an OpenAI-compatible base "
+        "URL; empty: `upstream_url` alone. As a variable, a JSON list: "
+        "TRACETRAIN_GATEWAY__UPSTREAM_URLS='[\"http://10.0.0.5:8100/v1\", "
+        "\"http://10.0.0.6:8100/v1\"]'. A rollout stays on one engine while it is healthy; a "
+        "new one goes to the engine with the fewest calls in flight (producers/gateway/pool.py).")
+    sticky_ttl_s: float = Field(
+        600.0, gt=0, description="A rollout with no call for this long is forgotten: its next "
+        "call goes to the least-loaded engine, like a new rollout's. Longer than an agent's "
+        "pause between calls, or its prompt prefix is computed again elsewhere.")
+    sticky_max: int = Field(
+        100_000, ge=1, description="Rollouts whose engine the gateway remembers; beyond it the "
+        "longest idle is forgotten first.")
+    probe_timeout_s: float = Field(
+        5.0, gt=0, description="An engine that takes longer than this to accept a connection, "
+        "or to answer the probe of its `/models`, counts as failed: out of the pool until a "
+        "probe answers in time.")
     api_keys: list[SecretStr] = Field(
         default_factory=list, description="Bearer keys, one of which every call must carry "
         "(`Authorization: Bearer <key>`): chat, completions, models, rewards, OTLP traces. As a "
@@ -115,7 +136,8 @@ class GatewaySettings(BaseModel):
     )
     start_timeout_s: float = Field(60.0, gt=0, description="`up` waits this long for /healthz.")
     versions_refresh_s: float = Field(
-        1.0, gt=0, description="How often the gateway reads the upstream's model list for "
+        1.0, gt=0, description="How often the gateway reads each engine's model list "
+        "(`/models`): whether it answers (a failed engine is taken back once it does), and its "
         "versioned adapter names (`policy-v<N>`, loaded by the reloader into vLLM, which "
         "reports no policy version): a call for `policy` goes to the newest, and its span gets "
         "that version. A new version reaches spans within this time of its load.")
@@ -128,6 +150,20 @@ class GatewaySettings(BaseModel):
         "that gives none, so the temperature recorded on its span is the one the engine used: "
         "1.0 is the default of the embedded engine, of OpenAI and of vLLM (unless the model's "
         "generation_config sets another, which this overrides).")
+
+    @field_validator("upstream_url")
+    @classmethod
+    def _one_url(cls, value: str) -> str:
+        return check_urls([value], "http://127.0.0.1:8100/v1")[0]
+
+    @field_validator("upstream_urls")
+    @classmethod
+    def _pool_urls(cls, value: list[str]) -> list[str]:
+        return check_urls(value, "http://127.0.0.1:8100/v1")
+
+    def engine_urls(self) -> list[str]:
+        """The engines calls go to: `upstream_urls`, or `upstream_url` alone."""
+        return list(self.upstream_urls) or [self.upstream_url.rstrip("/")]
 
     def keys_required(self) -> bool:
         return self.auth == "on" or (self.auth == "auto" and not is_loopback(self.host))
@@ -148,4 +184,14 @@ class GatewaySettings(BaseModel):
         problem = self.auth_problem()
         if problem:
             raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
+    def _one_list_of_engines(self) -> GatewaySettings:
+        # Both set and disagreeing: which one the operator meant cannot be told.
+        default = type(self).model_fields["upstream_url"].default
+        if self.upstream_urls and self.upstream_url not in (default, *self.upstream_urls):
+            raise ValueError(f"upstream_url {self.upstream_url!r} is not among upstream_urls "
+                             f"{self.upstream_urls}: list every engine in upstream_urls and "
+                             "leave upstream_url unset")
         return self

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, field_validator
 
 from tracetrain.modes import EngineBackend, EngineWeights, RegistryAlias
+from tracetrain.settings.urls import check_urls
 
 
 class EngineSettings(BaseModel):
@@ -66,6 +67,14 @@ class ReloaderSettings(BaseModel):
     engine_url: str | None = Field(
         None, description="Engine base URL; unset means http://engine.host:engine.port."
     )
+    engine_urls: list[str] = Field(
+        default_factory=list, description="Every engine of a pool (base URLs, no /v1), which "
+        "this one reloader brings to each new version, one engine at a time; empty: "
+        "`engine_url` alone. As a variable, a JSON list: TRACETRAIN_RELOADER__ENGINE_URLS="
+        "'[\"http://10.0.0.5:8100\", \"http://10.0.0.6:8100\"]'. The embedded engines of a pool "
+        "share the load key and the download folder (one home, or engine.load_key and a shared "
+        "download_dir)."
+    )
     download_dir: Path | None = Field(
         None, description="Where versions are downloaded; the embedded engine loads only from "
         "under it. Unset: <home>/reloader/versions."
@@ -76,3 +85,13 @@ class ReloaderSettings(BaseModel):
         8300, ge=0, le=65535, description="`tracetrain reloader` serves /metrics, /healthz and "
         "/state here; 0 picks a free port."
     )
+
+    @field_validator("engine_url")
+    @classmethod
+    def _one_url(cls, value: str | None) -> str | None:
+        return None if value is None else check_urls([value], "http://127.0.0.1:8100")[0]
+
+    @field_validator("engine_urls")
+    @classmethod
+    def _pool_urls(cls, value: list[str]) -> list[str]:
+        return check_urls(value, "http://127.0.0.1:8100")
