@@ -89,12 +89,13 @@ def _convert(gguf: Path, target: Path) -> None:
 
 
 def main() -> None:
+    from tracetrain.errors import ConfigError
     from tracetrain.settings import load_settings
 
-    settings = load_settings()
     try:
+        settings = load_settings()
         print(resolve_base_model(settings.base_model, settings.home_dir))
-    except BaseModelError as exc:
+    except (BaseModelError, ConfigError) as exc:
         raise SystemExit(f"error: {exc}") from exc
 
 
