@@ -30,8 +30,8 @@ def client(engine_url):
                          timeout=120)
 
 
-def forward_logprobs(reference, prompt_ids, token_ids):
-    return token_logprobs(reference[0], prompt_ids, token_ids)
+def forward_logprobs(reference, prompt_ids, token_ids, temperature: float = 1.0):
+    return token_logprobs(reference[0], prompt_ids, token_ids, temperature)
 
 
 def test_chat_returns_text_token_ids_and_logprobs_of_a_forward_pass(client, reference):
@@ -77,9 +77,10 @@ def test_sampling_honours_seed_temperature_and_stop(client, reference):
         model="policy", messages=QUESTION, max_tokens=5, **kw)
     first, again = ask(temperature=1.2, seed=7), ask(temperature=1.2, seed=7)
     assert first.choices[0].model_extra["token_ids"] == again.choices[0].model_extra["token_ids"]
-    # Sampled tokens still carry the model's own logprobs.
+    # Sampled tokens carry the logprobs of the distribution they were sampled from: the
+    # model's at the request's temperature, what the learner scores them at.
     recomputed = forward_logprobs(reference, first.model_extra["prompt_token_ids"],
-                                  first.choices[0].model_extra["token_ids"])
+                                  first.choices[0].model_extra["token_ids"], temperature=1.2)
     assert_close([e.logprob for e in first.choices[0].logprobs.content], recomputed)
     stopped = client.chat.completions.create(model="policy", messages=QUESTION, max_tokens=8,
                                              temperature=0, stop=[" of"])
