@@ -20,6 +20,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from demo.report import save_figure
 from demo.run import DemoOptions, DemoRun
 from tracetrain.modes import LEARNER_MODES, one_of
 from tracetrain.settings import Settings
@@ -104,14 +105,8 @@ def plot(summaries: list[dict], path: Path) -> Path:
                  fontsize=10)
     ax.set_xlabel("minutes since training traffic started (each point when its evaluation ended)")
     ax.set_ylabel("held-out accuracy")
-    ax.set_ylim(-0.02, 1.02)
     ax.legend(handles=handles, loc="lower right", fontsize=8)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(fig, ax, path)
 
 
 def save(summaries: list[dict], demo_dir: Path, stamp: str | None = None) -> dict:

@@ -49,8 +49,15 @@ def plot_curve(path: Path, episodes: list[Episode], heldout: list[HeldOut], star
                         textcoords="offset points", xytext=(4, 4), fontsize=8)
     ax.set_xlabel("minutes of training")
     ax.set_ylabel("reward / accuracy")
-    ax.set_ylim(-0.02, 1.02)
     ax.legend(loc="upper left", fontsize=8)
+    return save_figure(fig, ax, path)
+
+
+def save_figure(fig, ax, path: Path) -> Path:
+    """The demo's pictures alike: accuracy's full range, a light grid, written to `path`."""
+    import matplotlib.pyplot as plt
+
+    ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
