@@ -19,6 +19,7 @@ only registered, and the caller commits offsets after `save` returns.
 from __future__ import annotations
 
 import json
+import logging
 import tempfile
 import time
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ from learner.fencing import Fence
 from schemas import Codec
 from tracetrain.records import Checkpoint
 from tracetrain.settings import Settings
+
+log = logging.getLogger("tracetrain.learner")
 
 
 @dataclass
@@ -61,12 +64,31 @@ class CheckpointStore:
         """Become the experiment's one learner (with a broker): every learner started on it
         before can no longer register. Call before reading the newest checkpoint."""
         if self.announce:
-            self.fence = Fence(self.settings, self.experiment, self.model_name)
+            self.fence = Fence(self.settings, self.experiment, self.model_name,
+                               newer_learner=self.newer_learner)
 
     def start_run(self, run_name: str, tags: dict[str, str]) -> str:
         run = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags)
         self.run_id = run.info.run_id
         return self.run_id
+
+    def newer_learner(self) -> bool:
+        """Whether a learner started on this experiment after this one (its MLflow run is
+        newer and still running). Unknown (MLflow unreachable) counts as yes: the caller
+        then stops rather than fence a learner that may be the newest."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            if self.run_id is None:
+                return True
+            mine = self.client.get_run(self.run_id).info.start_time
+            newer = self.client.search_runs(
+                [self.experiment_id], max_results=1,
+                filter_string=f"attributes.status = 'RUNNING' and attributes.start_time > {mine}")
+            return bool(newer)
+        except (MlflowException, OSError) as exc:
+            log.warning("cannot tell whether a newer learner runs (%s); assuming one does", exc)
+            return True
 
     def end_run(self, status: str = "FINISHED") -> None:
         if self.run_id:

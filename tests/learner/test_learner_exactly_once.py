@@ -160,11 +160,6 @@ def test_a_rebalance_resumes_where_reading_stopped_not_at_the_start(kafka_settin
 @pytest.mark.integration
 @pytest.mark.mlflow
 @pytest.mark.faults
-@pytest.mark.xfail(strict=False, reason="open (issue 18 point 11): fails about 1 run in 4 "
-                   "(2 of 8 on 2026-12-05): when the outage lands between a checkpoint's "
-                   "produce and commit, commit_transaction fails the announcement "
-                   "(_INCONSISTENT) and abort_transaction then times out on every retry for "
-                   "minutes after the broker is back; the learner never takes its next step")
 def test_the_learner_waits_out_a_60_s_broker_outage(own_broker, mlflow_server, tiny_model_dir,
                                                     tmp_path):
     tops = TopicSettings(prefix=f"outage-{uuid.uuid4().hex[:8]}", partitions=2)
