@@ -17,7 +17,9 @@ from examples.sql.agents import TRAINED_AGENTS, SqlTeam
 TASKS = ("calc", "sql")
 # Agent front ends per task: calc runs on a plain `openai` client (the default) or on AutoGen
 # AgentChat with the calculator as a function tool (the `autogen` extra).
-FRONT_ENDS = {"calc": ("openai", "autogen"), "sql": ("openai",)}
+# The SQL team runs as plain code (the default) or as a LangGraph graph with langchain-openai
+# clients (the `langgraph` extra), the paper's stack.
+FRONT_ENDS = {"calc": ("openai", "autogen"), "sql": ("openai", "langgraph")}
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,11 @@ class Task:
                                     max_tokens=self.max_tokens)
         if self.name == "calc":
             return CalcAgent(base_url, tracer, temperature=temperature, max_tokens=self.max_tokens)
+        if self.front_end == "langgraph":
+            from examples.sql.langgraph_team import LangGraphSqlTeam
+
+            return LangGraphSqlTeam(base_url, tracer, temperature=temperature,
+                                    max_tokens=self.max_tokens)
         return SqlTeam(base_url, tracer, temperature=temperature, max_tokens=self.max_tokens)
 
     def solve(self, agent, problem, task_id: str, seed: int | None = None) -> float:
@@ -69,4 +76,5 @@ def get_task(name: str, front_end: str = "openai") -> Task:
         # AutoGen's turns carry tool-call JSON, longer than the plain agent's one-line turns.
         return Task("calc", max_tokens=64 if front_end == "autogen" else 32,
                     trained_agents=None, front_end=front_end)
-    return Task("sql", max_tokens=96, trained_agents="|".join(TRAINED_AGENTS))
+    return Task("sql", max_tokens=96, trained_agents="|".join(TRAINED_AGENTS),
+                front_end=front_end)

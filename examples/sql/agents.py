@@ -23,6 +23,13 @@ from examples.sql.databases import SqlTask, schema_text
 from examples.sql.execution import Execution, execute, reward
 
 TRAINED_AGENTS = ("writer", "rewriter")  # the streams' agent selection for this example
+# Each agent's system prompt; the user turn is `question_context` (+ its round's query and result).
+PROMPTS = {
+    "writer": "Write one SQLite SELECT query that answers the question. Reply with the query only.",
+    "checker": "You check SQL queries. Answer CORRECT or WRONG, then one sentence why.",
+    "rewriter": "Rewrite the SQLite query so that it answers the question. Reply with the query "
+                "only.",
+}
 _SQL_RE = re.compile(r"```(?:sql)?\s*(.*?)```|(SELECT\b.*)", re.IGNORECASE | re.DOTALL)
 
 
@@ -88,26 +95,35 @@ class SqlTeam:
     def _episode(self, task: SqlTask, task_id: str, rollout_id: str) -> SqlEpisode:
         episode = SqlEpisode(task, rollout_id)
         headers = {"X-Rollout-Id": rollout_id, "X-Task-Id": task_id}
-        schema = schema_text(task.db)
-        draft = self._ask("writer", "Write one SQLite SELECT query that answers the question. "
-                          "Reply with the query only.",
-                          f"Schema:\n{schema}\nQuestion: {task.question}", headers)
-        sql = extract_sql(draft)
+        context = question_context(task)
+        sql = extract_sql(self._ask("writer", PROMPTS["writer"], context, headers))
         for _ in range(self.max_rounds):
             episode.queries.append(sql)
-            result = self._run_sql(task.db, sql)
-            shown = f"error: {result.error}" if not result.ok else f"rows: {result.rows[:5]}"
-            verdict = self._ask("checker", "You check SQL queries. Answer CORRECT or WRONG, "
-                                "then one sentence why.",
-                                f"Schema:\n{schema}\nQuestion: {task.question}\nQuery: {sql}\n"
-                                f"Result {shown}", headers)
+            shown = self.shown(task.db, sql)
+            verdict = self._ask("checker", PROMPTS["checker"], round_context(context, sql, shown),
+                                headers)
             episode.verdicts.append(verdict)
-            if "CORRECT" in verdict.upper() and result.ok:
+            if accepted(verdict, shown):
                 break
-            rewrite = self._ask("rewriter", "Rewrite the SQLite query so that it answers the "
-                                "question. Reply with the query only.",
-                                f"Schema:\n{schema}\nQuestion: {task.question}\nQuery: {sql}\n"
-                                f"Result {shown}\nFeedback: {verdict}", headers)
+            rewrite = self._ask("rewriter", PROMPTS["rewriter"],
+                                f"{round_context(context, sql, shown)}\nFeedback: {verdict}", headers)
             sql = extract_sql(rewrite) or sql
         episode.reward = reward(task.db, sql, task.gold_sql)
         return episode
+
+    def shown(self, db: str, sql: str) -> str:
+        """The query's outcome as the Checker and Rewriter see it (run as a traced tool)."""
+        result = self._run_sql(db, sql)
+        return f"error: {result.error}" if not result.ok else f"rows: {result.rows[:5]}"
+
+
+def accepted(verdict: str, shown: str) -> bool:
+    return "CORRECT" in verdict.upper() and not shown.startswith("error:")
+
+
+def question_context(task: SqlTask) -> str:
+    return f"Schema:\n{schema_text(task.db)}\nQuestion: {task.question}"
+
+
+def round_context(context: str, sql: str, shown: str) -> str:
+    return f"{context}\nQuery: {sql}\nResult {shown}"

@@ -13,15 +13,11 @@ from test_calc_agent import _drain
 
 from examples.calc.autogen_agent import AutoGenCalcAgent
 from examples.calc.problems import Problem
-from infra import processes, services
+from infra import processes
 from producers.gateway.app import create_app
 from producers.publisher import Publisher
 from producers.tracer import Tracer
-from serving.service import ENGINE
-from serving.service import engine_url as service_url
 from testkit.fixed_upstream import ServerThread
-from tracetrain.settings import load_settings
-from tracetrain.settings.serving import EngineSettings
 
 pytestmark = pytest.mark.integration
 PROBLEM = Problem("What is 17 times 23?", 391, 1, "17*23")
@@ -99,17 +95,6 @@ def test_autogen_tool_loop_is_traced_through_the_gateway(kafka_settings, tmp_pat
     assert json.loads(tools[0]["tool"]["arguments"]) == {"expression": expression}
     rewards = _drain(settings, settings.topics.rewards, episode.rollout_id, 1, "Reward")
     assert [(r["value"], r["final"]) for r in rewards] == [(reward, True)]
-
-
-@pytest.fixture(scope="module")
-def engine_url(tmp_path_factory, base_model_dir):
-    """The real embedded engine on the default model, on a free port."""
-    settings = load_settings(home=tmp_path_factory.mktemp("autogen-engine"),
-                             base_model=str(base_model_dir),
-                             engine=EngineSettings(port=processes.free_port()))
-    services.start(settings, ENGINE)
-    yield service_url(settings)
-    services.stop(settings, ENGINE.name)
 
 
 def test_autogen_agent_runs_on_the_real_engine(engine_url):
