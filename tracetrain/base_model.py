@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import importlib.util
+import re
 from pathlib import Path
 
 from tracetrain.errors import TracetrainError
@@ -40,11 +41,31 @@ def shipped_gguf() -> Path:
     return path
 
 
+_HF_ID = re.compile(r"[\w.-]+/[\w.-]+")
+
+
 def model_dir(name: str, home: Path) -> Path:
-    """The folder `resolve_base_model` gives for `name`, without checking or converting it."""
-    if name != DEFAULT_MODEL:
-        return Path(name).expanduser().resolve()
-    return Path(home).resolve() / "models" / DEFAULT_MODEL
+    """The folder `resolve_base_model` gives for `name`, without checking or converting it:
+    the default model's converted copy, a local folder, or a Hugging Face id's snapshot in the
+    local Hugging Face cache (`HF_HOME`; nothing is downloaded)."""
+    if name == DEFAULT_MODEL:
+        return Path(home).resolve() / "models" / DEFAULT_MODEL
+    folder = Path(name).expanduser()
+    if not folder.is_dir() and _HF_ID.fullmatch(name):
+        cached = _cached_snapshot(name)
+        if cached is not None:
+            return cached
+    return folder.resolve()
+
+
+def _cached_snapshot(repo_id: str) -> Path | None:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo_id, local_files_only=True))
+    except LocalEntryNotFoundError:
+        return None
 
 
 def resolve_base_model(name: str, home: Path) -> Path:
@@ -53,8 +74,9 @@ def resolve_base_model(name: str, home: Path) -> Path:
     if name != DEFAULT_MODEL:
         if not (target / "config.json").is_file():
             raise BaseModelError(
-                f"base model {name!r}: expected {DEFAULT_MODEL!r} or a local directory "
-                "with config.json (no model can be downloaded here)"
+                f"base model {name!r}: expected {DEFAULT_MODEL!r}, a local directory with "
+                "config.json, or a Hugging Face id whose snapshot is in the local Hugging Face "
+                "cache (HF_HOME); no model can be downloaded here"
             )
         return target
     if (target / "model.safetensors").is_file():

@@ -37,3 +37,30 @@ def test_a_folder_without_a_model_fails_naming_it(tmp_path):
 
 def test_the_default_model_lives_under_the_homes_models_folder(tmp_path):
     assert model_dir("smollm2-135m-instruct", tmp_path) == tmp_path / "models" / "smollm2-135m-instruct"
+
+
+def _hf_cache_with(home, repo_id: str, files: dict[str, str]):
+    """A Hugging Face hub cache (HF_HOME) holding one snapshot of `repo_id`, laid out as
+    `huggingface_hub` writes it: blobs, a snapshot folder per revision, refs/main."""
+    repo = home / "hub" / f"models--{repo_id.replace('/', '--')}"
+    revision = "0123456789abcdef0123456789abcdef01234567"
+    snapshot = repo / "snapshots" / revision
+    snapshot.mkdir(parents=True)
+    for name, text in files.items():
+        (snapshot / name).write_text(text)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+    return snapshot
+
+
+def test_a_hugging_face_id_resolves_to_its_cached_snapshot_and_is_never_downloaded(
+        tmp_path, monkeypatch):
+    hf_home = tmp_path / "hf"
+    snapshot = _hf_cache_with(hf_home, "acme/tiny-llama", {"config.json": "{}"})
+    monkeypatch.setenv("HF_HOME", str(hf_home))  # _run's child inherits it
+    result = _run("acme/tiny-llama", tmp_path)
+    missing = _run("acme/not-cached", tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(snapshot)
+    assert missing.returncode != 0 and "Traceback" not in missing.stderr
+    assert "acme/not-cached" in missing.stderr and "HF_HOME" in missing.stderr

@@ -159,3 +159,41 @@ def test_sampled_logprobs_are_those_of_the_temperature_sampled_at(base_model_dir
             if temperature:
                 at_1 = token_logprobs(model, prompt, served.token_ids, 1.0)
                 assert max(abs(a - b) for a, b in zip(at_1, at_t, strict=True)) > 0.3
+
+
+def test_a_hugging_face_folder_is_served_with_the_weights_the_learner_loads(base_model_dir,
+                                                                           tmp_path):
+    """`base_model` as a Hugging Face folder (here a copy of the default model's under another
+    name, so it takes the other-model path): the engine serves llama.cpp's conversion of that
+    folder, and what it generates scores as transformers scores it from the same folder."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from serving.engine.generation import GenRequest, GenResult, completion_body
+    from serving.llamacpp.server import LlamaServer
+    from serving.llamacpp.weights import base_gguf
+    from testkit.serving import token_logprobs
+
+    folder = shutil.copytree(base_model_dir, tmp_path / "my-smollm2")
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    prompt = list(tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Name three colours."}],
+        add_generation_prompt=True, return_dict=True)["input_ids"])
+    gguf = base_gguf(folder, "f32")
+    try:
+        assert "my-smollm2" in gguf.name  # converted from the folder, not the shipped file
+        with LlamaServer(build.find_server(), gguf, slots=1, context=512) as server:
+            served = GenResult()
+            served.add(server.complete(completion_body(GenRequest(
+                prompt_ids=prompt, max_tokens=16, temperature=0.0, top_logprobs=1))), 1)
+    finally:
+        gguf.unlink()  # the build cache keys conversions by source path: this one is a tmp's
+    assert len(served.token_ids) >= 8
+    scored = token_logprobs(model, prompt, served.token_ids, 1.0)
+    assert max(abs(a - b) for a, b in zip(served.logprobs, scored, strict=True)) < 0.03
+    # greedy: every served token is the one transformers ranks first
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + served.token_ids])).logits[0]
+    assert logits[len(prompt) - 1:-1].argmax(-1).tolist() == served.token_ids
