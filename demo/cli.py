@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import typer
@@ -11,6 +12,10 @@ from rich.console import Console
 from demo.tasks import FRONT_ENDS, TASKS
 from tracetrain.modes import LEARNER_MODES, REGISTRY_ALIASES, one_of
 
+FRONT_END_HELP = ("The agent's framework: openai (plain client); for calc, autogen (AutoGen "
+                  "AgentChat with a function tool; pip install 'tracetrain\\[autogen]'); for sql, "
+                  "langgraph (the team as a LangGraph graph; pip install 'tracetrain\\[langgraph]').")
+
 console = Console()
 
 
@@ -18,9 +23,7 @@ def demo(
     minutes: float = typer.Option(12.0, help="Minutes of training traffic (evaluations and "
                                   "start-up come on top; the defaults end within 30 minutes)."),
     task: str = typer.Option("calc", help=f"One of: {', '.join(TASKS)}."),
-    front_end: str = typer.Option("openai", "--front-end", help="The agent's framework: openai "
-                                  "(plain client) or, for calc, autogen (AutoGen AgentChat with a "
-                                  "function tool; pip install 'tracetrain[autogen]')."),
+    front_end: str = typer.Option("openai", "--front-end", help=FRONT_END_HELP),
     workers: int = typer.Option(16, min=1, help="Agent threads sending rollouts through the gateway."),
     slots: int = typer.Option(16, min=1, help="Sequences the engine generates at once (llama-server "
                               "parallel slots); also how many problems an eval solves at once."),
@@ -84,9 +87,7 @@ def demo(
 
 def eval_command(
     task: str = typer.Option("calc", help=f"One of: {', '.join(TASKS)}."),
-    front_end: str = typer.Option("openai", "--front-end", help="The agent's framework: openai "
-                                  "(plain client) or, for calc, autogen (AutoGen AgentChat with a "
-                                  "function tool; pip install 'tracetrain[autogen]')."),
+    front_end: str = typer.Option("openai", "--front-end", help=FRONT_END_HELP),
     problems: str = typer.Option(None, help="JSONL problems: {question, answer} for calc, "
                                   "{db, question, gold_sql} for sql (default: generated)."),
     n: int = typer.Option(200, min=1, help="Generated problems (ignored with --problems)."),
@@ -100,6 +101,10 @@ def eval_command(
                               f"({', '.join(REGISTRY_ALIASES)})."),
     threads: int = typer.Option(16, min=1, help="Problems solved at once (the eval engine "
                                 "runs as many parallel slots)."),
+    per_agent: bool = typer.Option(False, "--per-agent", help="sql only: each agent's figures "
+                                   "too (the Writer's first query and how it fails, the "
+                                   "Checker's agreement with the truth, the Rewriter's "
+                                   "repairs) and rollouts per minute."),
 ) -> None:
     """Held-out accuracy of a registered version (or the base model) through the task's agent,
     greedy. Starts an engine of its own on a free port and stops it after; prints one JSON line
@@ -129,10 +134,23 @@ def eval_command(
             n, evaluate.HELD_OUT_SEED if seed is None else seed, folder, split=split)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--problems") from exc
+    if per_agent and task != "sql":
+        raise typer.BadParameter(f"--per-agent is for --task sql, not {task!r}",
+                                 param_hint="--per-agent")
     number = int(version) if version not in (None, "base") else None
+    episodes: list = []
     with evaluate.own_engine(settings, version=number, alias=alias,
                                  slots=threads) as (url, label):
+        started = time.monotonic()
         rewards = evaluate.with_progress(chosen, items, url, f"{task} version {label}",
-                                         threads=threads, console=Console(stderr=True))
+                                         threads=threads, console=Console(stderr=True),
+                                         episodes=episodes)
+        minutes = (time.monotonic() - started) / 60
     result = evaluate.EvalResult(task, label, len(rewards), sum(rewards) / max(1, len(rewards)), rewards)
-    typer.echo(json.dumps(result.summary()))
+    line = result.summary()
+    if per_agent:
+        from examples.sql.breakdown import breakdown
+
+        line.update(per_agent=breakdown(episodes),
+                    rollouts_per_minute=round(len(rewards) / max(minutes, 1e-9), 2))
+    typer.echo(json.dumps(line))

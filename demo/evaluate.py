@@ -44,17 +44,21 @@ class EvalResult:
 
 
 def accuracy(task, problems: list, base_url: str, threads: int = 8,
-             on_done: Callable[[float], None] | None = None) -> list[float]:
+             on_done: Callable[[float], None] | None = None,
+             episodes: list | None = None) -> list[float]:
     """Rewards of the task's agent on `problems`, greedy (temperature 0, fixed seeds): the
-    same engine state gives the same rewards. `on_done(reward)` after each problem."""
+    same engine state gives the same rewards. `on_done(reward)` after each problem; with
+    `episodes`, each problem's episode is appended to it (in the order they finish)."""
     agent = task.agent(base_url, tracer=None, temperature=0.0)
 
     def one(item):
         index, problem = item
-        value = task.solve(agent, problem, task_id=f"eval-{index}", seed=index)
+        episode = task.run(agent, problem, task_id=f"eval-{index}", seed=index)
+        if episodes is not None:
+            episodes.append(episode)
         if on_done is not None:
-            on_done(value)
-        return value
+            on_done(episode.reward)
+        return episode.reward
 
     # Ctrl-C cancels what has not started (not left to the map iterator's clean-up) and does
     # not wait for the running ones: they end with the engine, which the caller stops.
@@ -66,7 +70,7 @@ def accuracy(task, problems: list, base_url: str, threads: int = 8,
 
 
 def with_progress(task, problems: list, base_url: str, label: str, threads: int = 8,
-                  console=None) -> list[float]:
+                  console=None, episodes: list | None = None) -> list[float]:
     """`accuracy` with a rich progress bar (running accuracy in the description)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -81,7 +85,7 @@ def with_progress(task, problems: list, base_url: str, label: str, threads: int 
             bar.update(job, advance=1,
                        description=f"{label} accuracy {done['sum'] / done['n']:.3f}")
 
-        return accuracy(task, problems, base_url, threads, on_done=step)
+        return accuracy(task, problems, base_url, threads, on_done=step, episodes=episodes)
 
 
 @contextlib.contextmanager

@@ -61,9 +61,13 @@ class Task:
 
     def solve(self, agent, problem, task_id: str, seed: int | None = None) -> float:
         """One rollout; its reward (1 correct, 0 not)."""
+        return self.run(agent, problem, task_id, seed).reward
+
+    def run(self, agent, problem, task_id: str, seed: int | None = None):
+        """One rollout; its episode (the agent's record of it, with `.reward`)."""
         if self.name == "calc":
-            return agent.solve(problem, task_id=task_id, seed=seed).reward
-        return agent.solve(problem, task_id=task_id).reward
+            return agent.solve(problem, task_id=task_id, seed=seed)
+        return agent.solve(problem, task_id=task_id)
 
 
 def get_task(name: str, front_end: str = "openai") -> Task:
