@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 
 from confluent_kafka import Consumer, TopicPartition
 
+from infra import processes
 from schemas import Codec
 
 
@@ -72,3 +74,23 @@ def check_order(arrived: list[tuple[str, dict]], expected: list[str]) -> None:
         by_rollout.setdefault(key, []).append(position[span["attributes"]["seq"]])
     for key, got in by_rollout.items():
         assert got == sorted(got), f"rollout {key} out of order: {got[:20]}"
+
+
+@contextlib.contextmanager
+def running_gateway(settings, upstream_url: str, spool_dir, name: str, **gateway_changes):
+    """A real gateway (uvicorn, own port) in front of `upstream_url`, publishing with
+    `settings` to their topics; `gateway_changes` update `settings.gateway`. Yields (base url,
+    the settings it runs with, its publisher); stopped and its publisher closed after."""
+    from producers.gateway.app import create_app
+    from producers.publisher import Publisher
+    from testkit.fixed_upstream import ServerThread
+
+    gw = settings.gateway.model_copy(update={"upstream_url": upstream_url, **gateway_changes})
+    settings = settings.model_copy(update={"gateway": gw})
+    pub = Publisher(settings, name=name, spool_dir=spool_dir)
+    server = ServerThread(create_app(settings, publisher=pub), processes.free_port()).start()
+    try:
+        yield server.url, settings, pub
+    finally:
+        server.stop()
+        pub.close(10)

@@ -19,7 +19,7 @@ from streams.join_core import RolloutJoin
 from testkit.fixed_upstream import ServerThread
 from testkit.learner import learner_settings, produce
 from testkit.metrics import get_state
-from testkit.producers import consume
+from testkit.producers import consume, running_gateway
 from testkit.vllm_double import VllmDouble
 
 pytestmark = pytest.mark.integration
@@ -27,20 +27,11 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def gateway_on_vllm(kafka_settings, tmp_path):
-    from producers.gateway.app import create_app
-    from producers.publisher import Publisher
-
     double = VllmDouble()
     vllm = ServerThread(double.app(), processes.free_port()).start()
-    gw = kafka_settings.gateway.model_copy(update={
-        "upstream_url": vllm.url + "/v1", "api_keys": [SecretStr("k")],
-        "versions_refresh_s": 0.1})
-    settings = kafka_settings.model_copy(update={"gateway": gw})
-    pub = Publisher(settings, name="gw-vllm", spool_dir=tmp_path / "spool")
-    server = ServerThread(create_app(settings, publisher=pub), processes.free_port()).start()
-    yield server.url, settings, pub, EngineClient(vllm.url, "vllm"), double
-    server.stop()
-    pub.close(10)
+    with running_gateway(kafka_settings, vllm.url + "/v1", tmp_path / "spool", "gw-vllm",
+                         api_keys=[SecretStr("k")], versions_refresh_s=0.1) as (url, settings, pub):
+        yield url, settings, pub, EngineClient(vllm.url, "vllm"), double
     vllm.stop()
 
 

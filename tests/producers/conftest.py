@@ -4,12 +4,15 @@ and a gateway in front of it. Reading back what arrived: testkit.producers.consu
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import uuid
 
 import pytest
 from pydantic import SecretStr
 
 from infra import processes, topics
+from testkit.producers import running_gateway
 from tracetrain.settings import load_settings
 from tracetrain.settings.infra import TopicSettings
 
@@ -39,27 +42,16 @@ def make_gateway(kafka_settings, upstream, tmp_path):
     (uvicorn, own port) in front of `upstream` (or the `upstream_url` given), keys key-1 and
     key-2, a 64 KiB body limit unless told otherwise, publishing to this test's topics on the
     session broker. Each is stopped at the end."""
-    from producers.gateway.app import create_app
-    from producers.publisher import Publisher
-    from testkit.fixed_upstream import ServerThread
+    made = itertools.count()
+    with contextlib.ExitStack() as running:
+        def make(**changes):
+            n = next(made)
+            return running.enter_context(running_gateway(
+                kafka_settings, upstream.url + "/v1", tmp_path / f"spool-{n}", f"gw-test-{n}",
+                **{"max_body_bytes": 64 * 1024,
+                   "api_keys": [SecretStr("key-1"), SecretStr("key-2")], **changes}))
 
-    made = []
-
-    def make(**changes):
-        gw = kafka_settings.gateway.model_copy(update={
-            "upstream_url": upstream.url + "/v1", "max_body_bytes": 64 * 1024,
-            "api_keys": [SecretStr("key-1"), SecretStr("key-2")], **changes})
-        settings = kafka_settings.model_copy(update={"gateway": gw})
-        pub = Publisher(settings, name=f"gw-test-{len(made)}",
-                        spool_dir=tmp_path / f"spool-{len(made)}")
-        server = ServerThread(create_app(settings, publisher=pub), processes.free_port()).start()
-        made.append((server, pub))
-        return server.url, settings, pub
-
-    yield make
-    for server, pub in made:
-        server.stop()
-        pub.close(10)
+        yield make
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from schemas import Codec
 from testkit.fixed_upstream import ServerThread
 from testkit.fixed_upstream import app as fixed_upstream
 from testkit.metrics import get_state
+from testkit.producers import running_gateway
 from testkit.streams import consume
 
 pytestmark = pytest.mark.integration
@@ -23,19 +24,10 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def gateway(streams_settings, tmp_path):
-    from producers.gateway.app import create_app
-    from producers.publisher import Publisher
-
     upstream = ServerThread(fixed_upstream(), processes.free_port()).start()
-    gw = streams_settings.gateway.model_copy(update={
-        "upstream_url": upstream.url + "/v1", "api_keys": [SecretStr("k")],
-        "train_temperature": 0.7})
-    settings = streams_settings.model_copy(update={"gateway": gw})
-    pub = Publisher(settings, name="gw-modes", spool_dir=tmp_path / "spool")
-    server = ServerThread(create_app(settings, publisher=pub), processes.free_port()).start()
-    yield server.url, pub
-    server.stop()
-    pub.close(10)
+    with running_gateway(streams_settings, upstream.url + "/v1", tmp_path / "spool", "gw-modes",
+                         api_keys=[SecretStr("k")], train_temperature=0.7) as (url, _, pub):
+        yield url, pub
     upstream.stop()
 
 
