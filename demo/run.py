@@ -31,6 +31,7 @@ from demo.monitor import HeldOut, Monitor
 from demo.tasks import Task, get_task
 from demo.traffic import Traffic
 from examples.calc import agent as calc_agent
+from examples.sql import agents as sql_agents
 from infra import mlflow_server, processes, services, stack, topics
 from infra.kafka import broker
 from serving.service import engine_url
@@ -87,7 +88,8 @@ def demo_settings(settings: Settings, opts: DemoOptions, task: Task, run_id: str
 
 
 def _base_cache_key(settings: Settings, task: Task, problems: list) -> str:
-    agent = json.dumps([calc_agent.SYSTEM_PROMPT, calc_agent.DEMONSTRATION, task.max_tokens])
+    agent = json.dumps([calc_agent.SYSTEM_PROMPT, calc_agent.DEMONSTRATION, sql_agents.PROMPTS,
+                        sql_agents.DEMONSTRATIONS, task.max_tokens])
     if task.front_end != "openai":
         agent += f"|{task.front_end}"
     # the questions themselves, not the seed and count: a changed generator is a new problem set

@@ -23,7 +23,19 @@ from examples.sql.databases import SqlTask, schema_text
 from examples.sql.execution import Execution, execute, reward
 
 TRAINED_AGENTS = ("writer", "rewriter")  # the streams' agent selection for this example
-# Each agent's system prompt; the user turn is `question_context` (+ its round's query and result).
+# One worked exchange before the Writer's question, on a schema no task uses: SmolLM2-135M
+# invents column names from the question without one (README: the SQL team's figures), and
+# copies a demonstrated shape.
+DEMONSTRATIONS = {
+    "writer": [
+        {"role": "user", "content": "Schema:\nCREATE TABLE animals (id INTEGER PRIMARY KEY, "
+                                    "name TEXT, species TEXT, age INTEGER);\nQuestion: How many "
+                                    "animals are older than 4?"},
+        {"role": "assistant", "content": "SELECT COUNT(*) FROM animals WHERE age > 4"},
+    ],
+}
+# Each agent's system prompt; the user turn is `question_context` (+ its round's query and
+# result).
 PROMPTS = {
     "writer": "Write one SQLite SELECT query that answers the question. Reply with the query only.",
     "checker": "You check SQL queries. Answer CORRECT or WRONG, then one sentence why.",
@@ -61,6 +73,7 @@ class SqlTeam:
         self.tracer, self.model, self.max_rounds = tracer, model, max_rounds
         self.max_tokens, self.temperature = max_tokens, temperature
         self._run = tracer.tool(name="execute_sql")(self._execute) if tracer else self._execute
+        self.demonstrations = DEMONSTRATIONS
 
     @staticmethod
     def _execute(db: str, sql: str) -> list:
@@ -78,7 +91,7 @@ class SqlTeam:
     def _ask(self, agent: str, system: str, user: str, headers: dict) -> str:
         completion = self.client.chat.completions.create(
             model=self.model, max_tokens=self.max_tokens, temperature=self.temperature,
-            messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
+            messages=self.messages(agent, system, user),
             extra_headers={**headers, "X-Agent-Name": agent},
         )
         return completion.choices[0].message.content or ""
@@ -110,6 +123,10 @@ class SqlTeam:
             sql = extract_sql(rewrite) or sql
         episode.reward = reward(task.db, sql, task.gold_sql)
         return episode
+
+    def messages(self, agent: str, system: str, user: str) -> list[dict]:
+        return [{"role": "system", "content": system}, *self.demonstrations.get(agent, ()),
+                {"role": "user", "content": user}]
 
     def shown(self, db: str, sql: str) -> str:
         """The query's outcome as the Checker and Rewriter see it (run as a traced tool)."""

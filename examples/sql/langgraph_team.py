@@ -49,7 +49,8 @@ class LangGraphSqlTeam(SqlTeam):
                               timeout=120.0)
 
     def _ask(self, agent: str, system: str, user: str, headers: dict) -> str:
-        reply = self.llm.invoke([("system", system), ("human", user)],
+        # the plain team's messages: langchain-openai takes OpenAI-style dicts as they are
+        reply = self.llm.invoke(self.messages(agent, system, user),
                                 extra_headers={**headers, "X-Agent-Name": agent})
         return reply.content if isinstance(reply.content, str) else ""
 
