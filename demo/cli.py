@@ -81,21 +81,22 @@ def demo(
         typer.echo(json.dumps(comparison.save(summaries, settings.home_dir / "demo")))
         return
     summary = DemoRun(settings, opts, console).run()
-    typer.echo(json.dumps({k: summary[k] for k in ("task", "base_accuracy", "final_accuracy", "n",
-                                                   "minutes", "versions", "mean_reload_s")}))
+    typer.echo(json.dumps({k: summary[k] for k in ("task", "metric", "base_accuracy",
+                                                   "final_accuracy", "n", "minutes", "versions",
+                                                   "mean_reload_s")}))
 
 
 def eval_command(
     task: str = typer.Option("calc", help=f"One of: {', '.join(TASKS)}."),
     front_end: str = typer.Option("openai", "--front-end", help=FRONT_END_HELP),
-    problems: str = typer.Option(None, help="JSONL problems: {question, answer} for calc, "
-                                  "{db, question, gold_sql} for sql (default: generated)."),
+    problems: str = typer.Option(None, help="JSONL problems: {question, answer} for calc and "
+                                  "rag, {db, question, gold_sql} for sql (default: generated)."),
     n: int = typer.Option(200, min=1, help="Generated problems (ignored with --problems)."),
     seed: int = typer.Option(None, help="Seed of the generated problems (default: the demo's "
                              "held-out seed, never trained on)."),
-    split: str = typer.Option("heldout", help="Phrasings of generated calc problems: heldout "
-                              "(scenarios and question forms the demo's traffic never uses) or "
-                              "train (those it trains on)."),
+    split: str = typer.Option("heldout", help="Phrasings of generated calc and rag problems: "
+                              "heldout (scenarios and question templates the demo's traffic never "
+                              "uses) or train (those it trains on)."),
     version: str = typer.Option(None, help="A registered version number, or `base`."),
     alias: str = typer.Option(None, help="A registry alias instead of a version "
                               f"({', '.join(REGISTRY_ALIASES)})."),
@@ -108,7 +109,7 @@ def eval_command(
 ) -> None:
     """Held-out accuracy of a registered version (or the base model) through the task's agent,
     greedy. Starts an engine of its own on a free port and stops it after; prints one JSON line
-    last: task, version, n, accuracy."""
+    last: task, version, n, accuracy (rag: the mean token F1 of the answers), metric."""
     from demo import evaluate
     from demo.tasks import get_task
     from examples.calc.phrasings import SPLITS
@@ -146,7 +147,8 @@ def eval_command(
                                          threads=threads, console=Console(stderr=True),
                                          episodes=episodes)
         minutes = (time.monotonic() - started) / 60
-    result = evaluate.EvalResult(task, label, len(rewards), sum(rewards) / max(1, len(rewards)), rewards)
+    result = evaluate.EvalResult(task, label, len(rewards), sum(rewards) / max(1, len(rewards)),
+                                 rewards, chosen.metric)
     line = result.summary()
     if per_agent:
         from examples.sql.breakdown import breakdown

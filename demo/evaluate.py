@@ -37,18 +37,20 @@ class EvalResult:
     n: int
     accuracy: float
     rewards: list[float]
+    metric: str = "accuracy"  # what `accuracy` is the mean of (rag: the answers' token F1)
 
     def summary(self) -> dict:
         return {"task": self.task, "version": self.version, "n": self.n,
-                "accuracy": round(self.accuracy, 4)}
+                "accuracy": round(self.accuracy, 4), "metric": self.metric}
 
 
 def accuracy(task, problems: list, base_url: str, threads: int = 8,
              on_done: Callable[[float], None] | None = None,
              episodes: list | None = None) -> list[float]:
-    """Rewards of the task's agent on `problems`, greedy (temperature 0, fixed seeds): the
-    same engine state gives the same rewards. `on_done(reward)` after each problem; with
-    `episodes`, each problem's episode is appended to it (in the order they finish)."""
+    """Held-out scores of the task's agent on `problems` (its `metric`: the reward, rag's answer
+    F1), greedy (temperature 0, fixed seeds): the same engine state gives the same scores.
+    `on_done(score)` after each problem; with `episodes`, each problem's episode is appended to
+    it (in the order they finish)."""
     agent = task.agent(base_url, tracer=None, temperature=0.0)
 
     def one(item):
@@ -56,9 +58,10 @@ def accuracy(task, problems: list, base_url: str, threads: int = 8,
         episode = task.run(agent, problem, task_id=f"eval-{index}", seed=index)
         if episodes is not None:
             episodes.append(episode)
+        value = task.score(episode)
         if on_done is not None:
-            on_done(episode.reward)
-        return episode.reward
+            on_done(value)
+        return value
 
     # Ctrl-C cancels what has not started (not left to the map iterator's clean-up) and does
     # not wait for the running ones: they end with the engine, which the caller stops.

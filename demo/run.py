@@ -31,6 +31,7 @@ from demo.monitor import HeldOut, Monitor
 from demo.tasks import Task, get_task
 from demo.traffic import Traffic
 from examples.calc import agent as calc_agent
+from examples.rag import agent as rag_agent
 from examples.sql import agents as sql_agents
 from infra import mlflow_server, processes, services, stack, topics
 from infra.kafka import broker
@@ -90,6 +91,8 @@ def demo_settings(settings: Settings, opts: DemoOptions, task: Task, run_id: str
 def _base_cache_key(settings: Settings, task: Task, problems: list) -> str:
     agent = json.dumps([calc_agent.SYSTEM_PROMPT, calc_agent.DEMONSTRATION, sql_agents.PROMPTS,
                         sql_agents.DEMONSTRATIONS, task.max_tokens])
+    if task.name == "rag":  # calc's and sql's keys stay as they were
+        agent += json.dumps([rag_agent.SYSTEM_PROMPT, rag_agent.DEMONSTRATION])
     if task.front_end != "openai":
         agent += f"|{task.front_end}"
     # the questions themselves, not the seed and count: a changed generator is a new problem set
@@ -250,7 +253,7 @@ class DemoRun:
             final = sum(rewards) / len(rewards)
             monitor.poll()
             summary = {
-                "task": self.task.name, "front_end": self.task.front_end, "mode": opts.mode, "base_accuracy": round(base, 4),
+                "task": self.task.name, "metric": self.task.metric, "front_end": self.task.front_end, "mode": opts.mode, "base_accuracy": round(base, 4),
                 "final_accuracy": round(final, 4), "n": opts.n_eval,
                 "minutes": round((time.time() - t0) / 60, 2),
                 "training_minutes": round((time.time() - train_started) / 60, 2),

@@ -1,6 +1,7 @@
-"""The two example tasks behind one small interface, so the demo, its traffic and `tracetrain
-eval` treat calc and sql alike: problems (generated from a seed or read from JSONL), the agent
-that solves one through an OpenAI-compatible URL, and which agents the streams train."""
+"""The example tasks behind one small interface, so the demo, its traffic and `tracetrain eval`
+treat calc, sql and rag alike: problems (generated from a seed or read from JSONL), the agent
+that solves one through an OpenAI-compatible URL, its held-out score, and which agents the
+streams train."""
 
 from __future__ import annotations
 
@@ -11,15 +12,20 @@ from typing import Any
 from demo.errors import DemoError
 from examples.calc import problems as calc_problems
 from examples.calc.agent import CalcAgent
+from examples.rag import questions as rag_questions
+from examples.rag.agent import RagAgent
 from examples.sql import databases as sql_databases
 from examples.sql.agents import TRAINED_AGENTS, SqlTeam
 
-TASKS = ("calc", "sql")
+TASKS = ("calc", "sql", "rag")
 # Agent front ends per task: calc runs on a plain `openai` client (the default) or on AutoGen
 # AgentChat with the calculator as a function tool (the `autogen` extra).
 # The SQL team runs as plain code (the default) or as a LangGraph graph with langchain-openai
 # clients (the `langgraph` extra), the paper's stack.
-FRONT_ENDS = {"calc": ("openai", "autogen"), "sql": ("openai", "langgraph")}
+FRONT_ENDS = {"calc": ("openai", "autogen"), "sql": ("openai", "langgraph"), "rag": ("openai",)}
+# What `tracetrain eval` and the demo's held-out figures measure per task: rag's is the mean
+# token F1 of the answers (the paper's figure), not its reward (which adds a format score).
+METRICS = {"calc": "accuracy", "sql": "accuracy", "rag": "f1"}
 
 
 @dataclass(frozen=True)
@@ -30,15 +36,19 @@ class Task:
     front_end: str = "openai"
 
     def problems(self, n: int, seed: int, folder: Path, *, split: str) -> list[Any]:
-        """`split`: `train` for traffic, `heldout` for evaluation. Calc's held-out split has
-        phrasings that traffic never uses (examples/calc/phrasings.py); sql has one kind of
-        question, so its problems are held out by seed alone."""
+        """`split`: `train` for traffic, `heldout` for evaluation. Calc's and rag's held-out
+        splits have phrasings that traffic never uses (examples/calc/phrasings.py,
+        examples/rag/phrasings.py); sql has one kind of question, so its problems are held out
+        by seed alone."""
         if self.name == "calc":
             return calc_problems.generate(n, seed, split=split)
+        if self.name == "rag":
+            return rag_questions.generate(n, seed, split=split)
         return sql_databases.generate(n, seed, folder / f"sql-dbs-{seed}")
 
     def read(self, path: Path) -> list[Any]:
-        reader = calc_problems.read_jsonl if self.name == "calc" else sql_databases.read_jsonl
+        reader = {"calc": calc_problems.read_jsonl, "rag": rag_questions.read_jsonl,
+                  "sql": sql_databases.read_jsonl}[self.name]
         try:
             return reader(Path(path))
         except FileNotFoundError as exc:
@@ -52,6 +62,8 @@ class Task:
                                     max_tokens=self.max_tokens)
         if self.name == "calc":
             return CalcAgent(base_url, tracer, temperature=temperature, max_tokens=self.max_tokens)
+        if self.name == "rag":
+            return RagAgent(base_url, tracer, temperature=temperature, max_tokens=self.max_tokens)
         if self.front_end == "langgraph":
             from examples.sql.langgraph_team import LangGraphSqlTeam
 
@@ -59,15 +71,23 @@ class Task:
                                     max_tokens=self.max_tokens)
         return SqlTeam(base_url, tracer, temperature=temperature, max_tokens=self.max_tokens)
 
+    @property
+    def metric(self) -> str:
+        return METRICS[self.name]
+
     def solve(self, agent, problem, task_id: str, seed: int | None = None) -> float:
-        """One rollout; its reward (1 correct, 0 not)."""
+        """One rollout; its reward (calc, sql: 1 correct, 0 not; rag: format + F1)."""
         return self.run(agent, problem, task_id, seed).reward
+
+    def score(self, episode) -> float:
+        """A rollout's held-out score (`metric`): its reward, or rag's answer F1."""
+        return episode.f1 if self.name == "rag" else episode.reward
 
     def run(self, agent, problem, task_id: str, seed: int | None = None):
         """One rollout; its episode (the agent's record of it, with `.reward`)."""
-        if self.name == "calc":
-            return agent.solve(problem, task_id=task_id, seed=seed)
-        return agent.solve(problem, task_id=task_id)
+        if self.name == "sql":
+            return agent.solve(problem, task_id=task_id)
+        return agent.solve(problem, task_id=task_id, seed=seed)
 
 
 def get_task(name: str, front_end: str = "openai") -> Task:
@@ -80,5 +100,8 @@ def get_task(name: str, front_end: str = "openai") -> Task:
         # AutoGen's turns carry tool-call JSON, longer than the plain agent's one-line turns.
         return Task("calc", max_tokens=64 if front_end == "autogen" else 32,
                     trained_agents=None, front_end=front_end)
+    if name == "rag":
+        # a search query or a short answer per turn
+        return Task("rag", max_tokens=32, trained_agents=None)
     return Task("sql", max_tokens=96, trained_agents="|".join(TRAINED_AGENTS),
                 front_end=front_end)

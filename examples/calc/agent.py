@@ -13,14 +13,12 @@ Nothing about the agent is tracetrain-specific but the base URL and one header.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
-import openai
-
-from examples.calc.calculator import CalculatorError, evaluate, format_number
+from examples.calc.calculator import evaluate, format_number
 from examples.calc.problems import Problem
 from examples.calc.reward import reward
+from examples.tool_loop import ToolLoopAgent
 
 SYSTEM_PROMPT = (
     "You solve arithmetic problems exactly. To compute, write one line "
@@ -35,7 +33,6 @@ DEMONSTRATION = [
     {"role": "user", "content": "Result: 42"},
     {"role": "assistant", "content": "ANSWER: 42"},
 ]
-_TOOL_RE = re.compile(r"<tool>\s*calc\s*:\s*(.*?)\s*</tool>", re.IGNORECASE | re.DOTALL)
 
 
 @dataclass
@@ -49,14 +46,12 @@ class Episode:
     final_text: str = ""
 
 
-class CalcAgent:
-    def __init__(self, base_url: str, tracer=None, model: str = "policy", max_turns: int = 3,
-                 max_tokens: int = 48, temperature: float = 1.0, api_key: str = "none",
-                 agent_name: str = "calc"):
-        self.client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=2, timeout=120.0)
-        self.tracer, self.model, self.max_turns = tracer, model, max_turns
-        self.max_tokens, self.temperature, self.agent_name = max_tokens, temperature, agent_name
-        self._calc = tracer.tool(name="calc")(self._run_calculator) if tracer else self._run_calculator
+class CalcAgent(ToolLoopAgent):
+    TOOL, AGENT, REWARD_NAME = "calc", "calc", "exact_answer"
+
+    def __init__(self, base_url: str, tracer=None, **options):
+        super().__init__(base_url, tracer, **options)
+        self._calc = self.traced(self._run_calculator)
 
     @staticmethod
     def _run_calculator(expression: str) -> str:
@@ -64,41 +59,12 @@ class CalcAgent:
 
     def solve(self, problem: Problem, task_id: str | None = None, seed: int | None = None) -> Episode:
         task_id = task_id or f"calc-{abs(hash(problem.question)) % 10**10}"
-        if self.tracer is None:
-            return self._episode(problem, task_id, f"untraced-{task_id}", seed, None)
-        with self.tracer.rollout(task_id=task_id, agent=self.agent_name) as rollout:
-            episode = self._episode(problem, task_id, rollout.rollout_id, seed, rollout)
-            rollout.reward(episode.reward, final=True, name="exact_answer")
-        return episode
-
-    def _episode(self, problem, task_id, rollout_id, seed, rollout) -> Episode:
-        episode = Episode(problem, rollout_id)
-        messages = [{"role": "system", "content": SYSTEM_PROMPT}, *DEMONSTRATION,
-                    {"role": "user", "content": problem.question}]
-        headers = {"X-Rollout-Id": rollout_id, "X-Task-Id": task_id,
-                   "X-Agent-Name": self.agent_name}
-        for turn in range(self.max_turns):
-            completion = self.client.chat.completions.create(
-                model=self.model, messages=messages, max_tokens=self.max_tokens,
-                temperature=self.temperature, seed=None if seed is None else seed + turn,
-                # one line per turn, as demonstrated: a rambling answer costs no more tokens
-                stop=["</tool>", "\n"], extra_headers=headers,
-            )
-            text = completion.choices[0].message.content or ""
-            if completion.choices[0].finish_reason == "stop" and "<tool>" in text and "</tool>" not in text:
-                text += "</tool>"  # the stop sequence is not returned
-            messages.append({"role": "assistant", "content": text})
-            episode.final_text = text
-            call = _TOOL_RE.search(text)
-            if call is None or "ANSWER:" in text.upper():
-                break
-            episode.tool_calls += 1
-            try:
-                result = f"Result: {self._calc(call.group(1))}"
-            except CalculatorError as exc:
-                episode.tool_errors += 1
-                result = f"Error: {exc}"
-            messages.append({"role": "user", "content": result})
-        episode.transcript = messages
-        episode.reward = reward(episode.final_text, problem.answer)
+        with self.rollout(task_id) as (rollout_id, publish):
+            episode = Episode(problem, rollout_id)
+            episode.transcript = [{"role": "system", "content": SYSTEM_PROMPT}, *DEMONSTRATION,
+                                  {"role": "user", "content": problem.question}]
+            episode.final_text, episode.tool_calls, episode.tool_errors = self.loop(
+                episode.transcript, task_id, rollout_id, seed, self._calc)
+            episode.reward = reward(episode.final_text, problem.answer)
+            publish(episode.reward)
         return episode
