@@ -89,6 +89,18 @@ def test_eval_gives_the_same_accuracy_twice_greedy(tmp_path, base_model_dir):
         not processes.pid_alive(r.pid) for r in processes.records(tmp_path))
 
 
+def test_eval_runs_the_rag_task_and_says_its_metric(tmp_path, base_model_dir):
+    env = {**os.environ, "TRACETRAIN_HOME": str(tmp_path), "TRACETRAIN_BASE_MODEL": str(base_model_dir),
+           "TRACETRAIN_CONFIG": "/nonexistent.toml"}
+    done = subprocess.run([TRACETRAIN, "eval", "--task", "rag", "--n", "4", "--version", "base",
+                           "--threads", "4"], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert {k: result[k] for k in ("task", "version", "n", "metric")} == {
+        "task": "rag", "version": "base", "n": 4, "metric": "f1"}
+    assert 0.0 <= result["accuracy"] <= 1.0
+
+
 def test_ctrl_c_stops_eval_at_once_and_its_engine_with_it(tmp_path, base_model_dir):
     """2,000 problems take many minutes; Ctrl-C must not wait for the queued ones."""
     env = {**os.environ, "TRACETRAIN_HOME": str(tmp_path), "TRACETRAIN_BASE_MODEL": str(base_model_dir),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from test_calc_agent import _drain, scripted_policy
 
+from demo.tasks import get_task
 from examples.rag.agent import RagAgent
 from examples.rag.corpus import world
 from examples.rag.questions import Hop, Question, generate
@@ -103,3 +104,21 @@ def test_the_agent_runs_on_the_real_engine_through_the_gateway(engine_url, kafka
     assert sum(not t["tool"]["ok"] for t in tools) == episode.tool_errors
     assert episode.tool_calls >= 1  # the demonstrated search format is copied
     assert [s["kind"] for s in spans].count("agent") == 1
+
+
+def test_eval_scores_rag_by_answer_f1_and_traffic_by_reward():
+    """`tracetrain eval` reports rag's answer F1 (the paper's figure); traffic is rewarded with
+    format + F1 (demo/tasks.py)."""
+    question = _company_question()
+    first_name = question.answer.split()[0]  # half of a two-word name: F1 2/3
+    seen: list[dict] = []
+    policy = ServerThread(scripted_policy([f"ANSWER: {first_name}"], seen),
+                          processes.free_port()).start()
+    try:
+        task = get_task("rag")
+        agent = task.agent(policy.url + "/v1", tracer=None, temperature=0.0)
+        assert task.metric == "f1"
+        assert task.score(agent, question, task_id="t-score", seed=1) == pytest.approx(2 / 3)
+        assert task.solve(agent, question, task_id="t-solve", seed=1) == pytest.approx(0.1 + 0.6)
+    finally:
+        policy.stop()
