@@ -118,7 +118,8 @@ def test_eval_scores_rag_by_answer_f1_and_traffic_by_reward():
         task = get_task("rag")
         agent = task.agent(policy.url + "/v1", tracer=None, temperature=0.0)
         assert task.metric == "f1"
-        assert task.score(agent, question, task_id="t-score", seed=1) == pytest.approx(2 / 3)
+        episode = task.run(agent, question, task_id="t-score", seed=1)
+        assert task.score(episode) == pytest.approx(2 / 3)
         assert task.solve(agent, question, task_id="t-solve", seed=1) == pytest.approx(0.1 + 0.6)
     finally:
         policy.stop()
