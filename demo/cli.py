@@ -106,10 +106,14 @@ def eval_command(
                                    "too (the Writer's first query and how it fails, the "
                                    "Checker's agreement with the truth, the Rewriter's "
                                    "repairs) and rollouts per minute."),
+    prompt: str = typer.Option(None, help="The agent's system prompt from MLflow's prompt "
+                               "registry, e.g. prompts:/calc-system@production (what "
+                               "`tracetrain optimize-prompt` registers; calc, openai front end)."),
 ) -> None:
     """Held-out accuracy of a registered version (or the base model) through the task's agent,
     greedy. Starts an engine of its own on a free port and stops it after; prints one JSON line
-    last: task, version, n, accuracy (rag: the mean token F1 of the answers), metric."""
+    last: task, version, n, accuracy (rag: the mean token F1 of the answers), metric (and
+    prompt, with --prompt)."""
     from demo import evaluate
     from demo.tasks import get_task
     from examples.calc.phrasings import SPLITS
@@ -129,6 +133,14 @@ def eval_command(
         hint = "--front-end" if "front end" in str(exc) else "--task"
         raise typer.BadParameter(str(exc), param_hint=hint) from exc
     settings = get_settings()
+    system_prompt = None
+    if prompt is not None:
+        from examples.prompts import load_prompt
+
+        if (task, front_end) != ("calc", "openai"):
+            raise typer.BadParameter(f"takes --task calc with the openai front end, not {task} "
+                                     f"on {front_end}", param_hint="--prompt")
+        system_prompt = load_prompt(prompt, tracking_uri=settings.mlflow.uri)
     folder = settings.home_dir / "eval"
     try:
         items = chosen.read(Path(problems)) if problems else chosen.problems(
@@ -145,11 +157,13 @@ def eval_command(
         started = time.monotonic()
         rewards = evaluate.with_progress(chosen, items, url, f"{task} version {label}",
                                          threads=threads, console=Console(stderr=True),
-                                         episodes=episodes)
+                                         episodes=episodes, system_prompt=system_prompt)
         minutes = (time.monotonic() - started) / 60
     result = evaluate.EvalResult(task, label, len(rewards), sum(rewards) / max(1, len(rewards)),
                                  rewards, chosen.metric)
     line = result.summary()
+    if prompt:
+        line["prompt"] = prompt
     if per_agent:
         from examples.sql.breakdown import breakdown
 

@@ -46,12 +46,12 @@ class EvalResult:
 
 def accuracy(task, problems: list, base_url: str, threads: int = 8,
              on_done: Callable[[float], None] | None = None,
-             episodes: list | None = None) -> list[float]:
+             episodes: list | None = None, system_prompt: str | None = None) -> list[float]:
     """Held-out scores of the task's agent on `problems` (its `metric`: the reward, rag's answer
     F1), greedy (temperature 0, fixed seeds): the same engine state gives the same scores.
     `on_done(score)` after each problem; with `episodes`, each problem's episode is appended to
-    it (in the order they finish)."""
-    agent = task.agent(base_url, tracer=None, temperature=0.0)
+    it (in the order they finish); `system_prompt` replaces the agent's own (calc)."""
+    agent = task.agent(base_url, tracer=None, temperature=0.0, system_prompt=system_prompt)
 
     def one(item):
         index, problem = item
@@ -73,7 +73,8 @@ def accuracy(task, problems: list, base_url: str, threads: int = 8,
 
 
 def with_progress(task, problems: list, base_url: str, label: str, threads: int = 8,
-                  console=None, episodes: list | None = None) -> list[float]:
+                  console=None, episodes: list | None = None,
+                  system_prompt: str | None = None) -> list[float]:
     """`accuracy` with a rich progress bar (running accuracy in the description)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -88,7 +89,8 @@ def with_progress(task, problems: list, base_url: str, label: str, threads: int 
             bar.update(job, advance=1,
                        description=f"{label} accuracy {done['sum'] / done['n']:.3f}")
 
-        return accuracy(task, problems, base_url, threads, on_done=step, episodes=episodes)
+        return accuracy(task, problems, base_url, threads, on_done=step, episodes=episodes,
+                        system_prompt=system_prompt)
 
 
 @contextlib.contextmanager

@@ -54,14 +54,20 @@ class Task:
         except FileNotFoundError as exc:
             raise DemoError(f"problems file {path} does not exist") from exc
 
-    def agent(self, base_url: str, tracer=None, temperature: float = 0.0):
+    def agent(self, base_url: str, tracer=None, temperature: float = 0.0,
+              system_prompt: str | None = None):
+        """`system_prompt`: calc's plain agent only (what `tracetrain optimize-prompt` tunes)."""
+        if system_prompt is not None and (self.name, self.front_end) != ("calc", "openai"):
+            raise DemoError(f"a system prompt is taken by the calc task's openai front end, not "
+                            f"by {self.name} on {self.front_end}")
         if self.name == "calc" and self.front_end == "autogen":
             from examples.calc.autogen_agent import AutoGenCalcAgent
 
             return AutoGenCalcAgent(base_url, tracer, temperature=temperature,
                                     max_tokens=self.max_tokens)
         if self.name == "calc":
-            return CalcAgent(base_url, tracer, temperature=temperature, max_tokens=self.max_tokens)
+            return CalcAgent(base_url, tracer, temperature=temperature, max_tokens=self.max_tokens,
+                             system_prompt=system_prompt)
         if self.name == "rag":
             return RagAgent(base_url, tracer, temperature=temperature, max_tokens=self.max_tokens)
         if self.front_end == "langgraph":

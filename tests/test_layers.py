@@ -4,7 +4,8 @@ imports upward and what it imports, all of them at once.
 
 Layers, lowest first: the core (`tracetrain`, but its CLI), `schemas`, the platform (`infra`,
 but the stack), `producers`, `streams`, `learner`, `serving`, `examples`, the stack
-(`infra.stack`, `infra.cli`, `infra.smoke`), `demo`, and the entry points (`tracetrain.cli`,
+(`infra.stack`, `infra.cli`, `infra.smoke`), `demo`, `optimizer` (it scores prompts through the demo's tasks
+and eval engine), and the entry points (`tracetrain.cli`,
 `tracetrain.__main__`).
 """
 
@@ -30,11 +31,13 @@ LAYERS = {
     "infra.cli": 8,
     "infra.smoke": 8,
     "demo": 9,
-    "tracetrain.cli": 10,
-    "tracetrain.__main__": 10,
+    "optimizer": 10,
+    "tracetrain.cli": 11,
+    "tracetrain.__main__": 11,
 }
 LAYER_NAMES = {0: "core", 1: "schemas", 2: "platform", 3: "producers", 4: "streams",
-               5: "learner", 6: "serving", 7: "examples", 8: "stack", 9: "demo", 10: "entry"}
+               5: "learner", 6: "serving", 7: "examples", 8: "stack", 9: "demo", 10: "optimizer",
+               11: "entry"}
 
 
 def layer_of(module: str) -> int | None:

@@ -16,6 +16,7 @@ import typer
 from demo import cli as demo_cli
 from infra import cli as stack_cli
 from learner import cli as learner_cli
+from optimizer import cli as optimizer_cli
 from producers import cli as producers_cli
 from serving import cli as serving_cli
 from streams import cli as streams_cli
@@ -46,6 +47,8 @@ app.command("reloader")(serving_cli.reloader)
 # The closed loop (demo/cli.py)
 app.command("demo")(demo_cli.demo)
 app.command("eval")(demo_cli.eval_command)
+# Beside the learner: the agent's system prompt instead of its weights (optimizer/cli.py)
+app.command("optimize-prompt")(optimizer_cli.optimize_prompt)
 
 
 def main() -> None:

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from examples.calc.calculator import evaluate, format_number
 from examples.calc.problems import Problem
 from examples.calc.reward import reward
+from examples.errors import ExamplesError
+from examples.prompts import load_prompt
 from examples.tool_loop import ToolLoopAgent
 
 SYSTEM_PROMPT = (
@@ -49,7 +51,15 @@ class Episode:
 class CalcAgent(ToolLoopAgent):
     TOOL, AGENT, REWARD_NAME = "calc", "calc", "exact_answer"
 
-    def __init__(self, base_url: str, tracer=None, **options):
+    def __init__(self, base_url: str, tracer=None, system_prompt: str | None = None,
+                 prompt_uri: str | None = None, **options):
+        """`system_prompt` replaces SYSTEM_PROMPT; `prompt_uri` (prompts:/NAME@ALIAS, with
+        MLflow's tracking URI set) fetches it from the prompt registry once, here."""
+        if system_prompt is not None and prompt_uri is not None:
+            raise ExamplesError("give system_prompt or prompt_uri, not both")
+        if prompt_uri is not None:
+            system_prompt = load_prompt(prompt_uri)
+        self.system_prompt = SYSTEM_PROMPT if system_prompt is None else system_prompt
         super().__init__(base_url, tracer, **options)
         self._calc = self.traced(self._run_calculator)
 
@@ -61,7 +71,7 @@ class CalcAgent(ToolLoopAgent):
         task_id = task_id or f"calc-{abs(hash(problem.question)) % 10**10}"
         with self.rollout(task_id) as (rollout_id, publish):
             episode = Episode(problem, rollout_id)
-            episode.transcript = [{"role": "system", "content": SYSTEM_PROMPT}, *DEMONSTRATION,
+            episode.transcript = [{"role": "system", "content": self.system_prompt}, *DEMONSTRATION,
                                   {"role": "user", "content": problem.question}]
             episode.final_text, episode.tool_calls, episode.tool_errors = self.loop(
                 episode.transcript, task_id, rollout_id, seed, self._calc)

@@ -35,6 +35,7 @@ from tracetrain.settings.infra import (
     TopicSettings,
 )
 from tracetrain.settings.learner import LearnerSettings
+from tracetrain.settings.optimizer import OptimizerSettings
 from tracetrain.settings.producers import GatewaySettings, PublisherSettings
 from tracetrain.settings.rewards import RewardSettings
 from tracetrain.settings.serving import EngineSettings, ReloaderSettings
@@ -71,6 +72,7 @@ class Settings(BaseSettings):
     learner: LearnerSettings = LearnerSettings()
     engine: EngineSettings = EngineSettings()
     reloader: ReloaderSettings = ReloaderSettings()
+    optimizer: OptimizerSettings = OptimizerSettings()
 
     @classmethod
     def settings_customise_sources(
