@@ -16,15 +16,35 @@ from __future__ import annotations
 
 import json
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from optimizer.errors import OptimizerError
 from schemas import Codec
 from tracetrain.settings import Settings
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+# A new group's coordinator is still being elected or loaded: librdkafka's committed() and
+# commit() report it once instead of waiting.
+_COORDINATOR_NOT_READY = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                          KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError._TIMED_OUT}
+
+
+def _with_coordinator(what: str, call: Callable[[], T], timeout_s: float = 30.0) -> T:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() not in _COORDINATOR_NOT_READY or time.monotonic() > deadline:
+                raise OptimizerError(f"{what}: {error.str()}") from exc
+            time.sleep(0.5)
 
 
 @dataclass
@@ -50,7 +70,9 @@ class RolloutBatch:
         offsets = [TopicPartition(topic, p, end) for topic, parts in self.ranges.items()
                    for p, (_, end) in parts.items()]
         if offsets:
-            self.consumer.commit(offsets=offsets, asynchronous=False)
+            consumer = self.consumer
+            _with_coordinator("committing the optimiser group's offsets", lambda: consumer.commit(
+                offsets=offsets, asynchronous=False))
 
     def close(self) -> None:
         if self.consumer is not None:
@@ -110,7 +132,10 @@ def read_rollouts(settings: Settings, timeout_s: float = 60.0) -> RolloutBatch:
     try:
         for topic, name in ((topics.spans, "Span"), (topics.rewards, "Reward")):
             parts = _partitions(consumer, topic)
-            committed = consumer.committed([TopicPartition(topic, p) for p in parts], timeout=10)
+            wanted = [TopicPartition(topic, p) for p in parts]
+            committed = _with_coordinator(
+                f"reading group {opt.group_id!r}'s position on {topic}",
+                lambda wanted=wanted: consumer.committed(wanted, timeout=10))
             for tp in committed:
                 low, high = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition),
                                                            timeout=10)

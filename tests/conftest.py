@@ -39,6 +39,7 @@ FIXTURE_MARKERS: dict[str, tuple[str, ...]] = {
     "reload_engine": ("processes",),
     "one_slot_engine": ("processes",),
     "engine_pool": ("processes",),
+    "optimizer_engine": ("processes",),
     "workers": ("processes",),
     "stack_home": ("integration", "mlflow", "processes"),
 }

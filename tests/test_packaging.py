@@ -38,7 +38,7 @@ def test_the_wheel_installs_no_test_double_workload_or_benchmark(tmp_path):
     files = [name for name in zipfile.ZipFile(wheel).namelist() if ".dist-info/" not in name]
     top = {name.split("/")[0] for name in files}
     assert {"tracetrain", "schemas", "producers", "streams", "learner", "serving", "infra",
-            "examples", "demo"} <= top, sorted(top)
+            "examples", "demo", "optimizer"} <= top, sorted(top)
     assert not top & NEVER_INSTALLED, sorted(top & NEVER_INSTALLED)
     doubles = [name for name in files
                if Path(name).name in {"fixed_upstream.py", "workload.py", "conftest.py"}
