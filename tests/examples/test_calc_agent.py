@@ -10,8 +10,9 @@ import pytest
 from confluent_kafka import Consumer
 from fastapi import FastAPI, Request
 
-from examples.calc.agent import CalcAgent
+from examples.calc.agent import SYSTEM_PROMPT, CalcAgent
 from examples.calc.problems import Problem
+from examples.errors import ExamplesError
 from infra import processes
 from producers.publisher import Publisher
 from producers.tracer import Tracer
@@ -19,6 +20,7 @@ from schemas import Codec
 from testkit.fixed_upstream import ServerThread
 
 pytestmark = pytest.mark.integration
+PROBLEM_17X23 = Problem("What is 17 times 23?", 391, 1, "17*23")
 
 
 def scripted_policy(replies: list[str], seen: list[dict]) -> FastAPI:
@@ -87,3 +89,27 @@ def test_agent_uses_the_tool_and_is_rewarded(kafka_settings, tmp_path, replies, 
     assert tools[0]["tool"]["ok"] is tool_ok
     rewards = _drain(kafka_settings, kafka_settings.topics.rewards, episode.rollout_id, 1, "Reward")
     assert [(r["value"], r["final"]) for r in rewards] == [(reward, True)]
+
+
+def test_an_injected_system_prompt_is_what_the_policy_is_sent():
+    seen: list[dict] = []
+    port = processes.free_port()
+    server = ServerThread(scripted_policy(["ANSWER: 391"], seen), port).start()
+    try:
+        default = CalcAgent(f"http://127.0.0.1:{port}/v1").solve(PROBLEM_17X23)
+        tuned = CalcAgent(f"http://127.0.0.1:{port}/v1", system_prompt="Be exact.").solve(PROBLEM_17X23)
+    finally:
+        server.stop()
+    assert default.reward == tuned.reward == 1.0
+    assert seen[0]["messages"][0] == {"role": "system", "content": SYSTEM_PROMPT}
+    assert seen[1]["messages"][0] == {"role": "system", "content": "Be exact."}
+    assert seen[1]["messages"][1:] == seen[0]["messages"][1:]  # only the system prompt changed
+
+
+@pytest.mark.parametrize("kwargs, says", [
+    ({"prompt_uri": "calc-system@production"}, "expected prompts:/NAME@ALIAS"),
+    ({"prompt_uri": "prompts:/x@y", "system_prompt": "z"}, "not both"),
+])
+def test_a_prompt_the_agent_cannot_take_is_refused_by_name(kwargs, says):
+    with pytest.raises(ExamplesError, match=says):
+        CalcAgent("http://127.0.0.1:9/v1", **kwargs)

@@ -6,6 +6,7 @@ real MLflow server's prompt registry; the agent then loads the prompt by alias."
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from infra import processes
 from producers.publisher import Publisher
 from producers.tracer import Tracer
 from testkit.fixed_upstream import ServerThread
-from tracetrain.settings import settings_env
+from tracetrain.settings import load_settings, settings_env
 from tracetrain.settings.optimizer import OptimizerSettings
 
 TRACETRAIN = shutil.which("tracetrain") or str(Path(sys.executable).parent / "tracetrain")
@@ -63,7 +64,7 @@ def test_one_round_registers_scored_versions_with_lineage_and_moves_the_alias(
                              group_id=f"optimizer-{name}")
     settings = kafka_settings.model_copy(update={"mlflow": mlflow_server, "optimizer": opts,
                                                  "home": tmp_path})
-    env = settings_env(settings)
+    env = {**os.environ, **settings_env(settings)}
     done = _run(env)
     assert done.returncode == 0, done.stdout + done.stderr
     summary = json.loads(done.stdout.strip().splitlines()[-1])
@@ -98,3 +99,14 @@ def test_one_round_registers_scored_versions_with_lineage_and_moves_the_alias(
     # The group's position was committed: the same rollouts are not learned from twice.
     again = _run(env)
     assert again.returncode == 2 and "no rollouts of agent 'calc'" in again.stderr, again.stderr
+
+
+def test_eval_names_a_prompt_the_registry_does_not_hold(mlflow_server, tmp_path):
+    settings = load_settings(home=tmp_path, mlflow=mlflow_server)
+    done = subprocess.run([TRACETRAIN, "eval", "--task", "calc", "--n", "2",
+                           "--prompt", "prompts:/no-such-prompt@production"],
+                          env={**os.environ, **settings_env(settings)}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "prompts:/no-such-prompt@production" in done.stderr
+    assert "is not in MLflow's prompt registry" in done.stderr
+    assert "Traceback" not in done.stderr
