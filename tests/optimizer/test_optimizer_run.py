@@ -19,10 +19,8 @@ from pydantic import SecretStr
 
 from examples.calc.agent import SYSTEM_PROMPT, CalcAgent
 from examples.calc.problems import generate
-from infra import processes
-from producers.publisher import Publisher
 from producers.tracer import Tracer
-from testkit.fixed_upstream import ServerThread
+from testkit.producers import running_gateway
 from tracetrain.settings import load_settings, settings_env
 from tracetrain.settings.optimizer import OptimizerSettings
 
@@ -31,24 +29,15 @@ TRACETRAIN = shutil.which("tracetrain") or str(Path(sys.executable).parent / "tr
 
 @pytest.fixture
 def rollouts(kafka_settings, optimizer_engine, tmp_path):
-    """Four calc rollouts (sampled) through an in-process gateway in front of the engine;
-    their rollout ids."""
-    from producers.gateway.app import create_app
-
-    gateway = kafka_settings.gateway.model_copy(update={
-        "upstream_url": optimizer_engine + "/v1", "api_keys": [SecretStr("k")]})
-    settings = kafka_settings.model_copy(update={"gateway": gateway})
-    publisher = Publisher(settings, name="optimizer-traffic", spool_dir=tmp_path / "spool")
-    server = ServerThread(create_app(settings, publisher=publisher), processes.free_port()).start()
-    try:
-        agent = CalcAgent(server.url + "/v1", tracer=Tracer(publisher, agent="calc"),
+    """Four calc rollouts (sampled) through a real gateway in front of the engine; their
+    rollout ids."""
+    with running_gateway(kafka_settings, optimizer_engine + "/v1", tmp_path / "spool",
+                         "optimizer-traffic", api_keys=[SecretStr("k")]) as (url, _, publisher):
+        agent = CalcAgent(url + "/v1", tracer=Tracer(publisher, agent="calc"),
                           temperature=1.0, max_tokens=32, api_key="k")
         ids = [agent.solve(p, task_id=f"opt-{i}", seed=i).rollout_id
                for i, p in enumerate(generate(4, seed=11, split="train"))]
         publisher.flush()
-    finally:
-        server.stop()
-        publisher.close(10)
     return ids
 
 
