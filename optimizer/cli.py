@@ -39,7 +39,7 @@ def optimize_prompt(
     from examples.calc.agent import SYSTEM_PROMPT
     from optimizer.registry import PromptStore
     from optimizer.rollouts import read_rollouts
-    from optimizer.search import OptimiserLlm, optimise
+    from optimizer.search import OptimiserLlm, optimise, require_rollouts
     from tracetrain.settings import get_settings
 
     if task != "calc":
@@ -57,11 +57,12 @@ def optimize_prompt(
     batch = read_rollouts(settings)
     console.print(f"read {len(batch.rollouts)} rollouts of agent {opts.agent!r} "
                   f"({batch.skipped} records skipped)")
-    problems = chosen.problems(opts.n_val, opts.val_seed, settings.home_dir / "optimizer",
-                               split="train")
-    engine = (contextlib.nullcontext((opts.engine_url, "given")) if opts.engine_url
-              else evaluate.own_engine(settings, name="optimizer-engine", slots=opts.threads))
     try:
+        require_rollouts(batch, opts)  # before an engine is started for nothing
+        problems = chosen.problems(opts.n_val, opts.val_seed, settings.home_dir / "optimizer",
+                                   split="train")
+        engine = (contextlib.nullcontext((opts.engine_url, "given")) if opts.engine_url
+                  else evaluate.own_engine(settings, name="optimizer-engine", slots=opts.threads))
         with engine as (url, _):
             llm = OptimiserLlm(opts.llm_base_url or url, opts)
 

@@ -107,16 +107,20 @@ def clean(text: str) -> str | None:
     return text
 
 
-def optimise(opts: OptimizerSettings, seed: tuple[int | None, str], batch: RolloutBatch,
-             llm: OptimiserLlm, evaluate: Callable[[str, str], float],
-             store: PromptStore) -> Result:
-    """`seed`: (registered version or None, text) the rollouts were made with;
-    `evaluate(text, label)`: mean validation reward of the agent with that system prompt."""
+def require_rollouts(batch: RolloutBatch, opts: OptimizerSettings) -> None:
     if not batch.rollouts:
         raise OptimizerError(
             f"no rollouts of agent {opts.agent!r} with a final reward on the spans and rewards "
             f"topics past consumer group {opts.group_id!r}'s position: send traffic first "
             "(agents through the gateway, or tracetrain demo)")
+
+
+def optimise(opts: OptimizerSettings, seed: tuple[int | None, str], batch: RolloutBatch,
+             llm: OptimiserLlm, evaluate: Callable[[str, str], float],
+             store: PromptStore) -> Result:
+    """`seed`: (registered version or None, text) the rollouts were made with;
+    `evaluate(text, label)`: mean validation reward of the agent with that system prompt."""
+    require_rollouts(batch, opts)
     learned_from = worst(batch.rollouts, opts.worst_k)
     common = {"n_val": opts.n_val, "val_seed": opts.val_seed, "ranges": batch.ranges}
     seed_version, seed_text = seed
