@@ -134,6 +134,11 @@ def is_ours(record: ProcessRecord) -> bool:
     return cmdline[len(cmdline) - len(record.argv):] == record.argv
 
 
+def environ_with(changes: dict[str, str | None] | None) -> dict[str, str]:
+    """This process's environment with `changes`; a None value removes the variable."""
+    return {k: v for k, v in {**os.environ, **(changes or {})}.items() if v is not None}
+
+
 def spawn(
     home: Path,
     name: str,
@@ -141,7 +146,7 @@ def spawn(
     *,
     address: str,
     health_url: str | None = None,
-    env: dict[str, str] | None = None,
+    env: dict[str, str | None] | None = None,
     cwd: Path | None = None,
 ) -> ProcessRecord:
     """Start `argv` in its own session (so a terminal's Ctrl-C does not reach it)."""
@@ -155,7 +160,7 @@ def spawn(
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env={**os.environ, **(env or {})},
+            env=environ_with(env),
             cwd=cwd,
             start_new_session=True,
         )

@@ -14,6 +14,7 @@ tests all start processes through here; the stack's list of services is `infra.s
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from infra import processes
 from tracetrain.errors import InfraError
-from tracetrain.settings import Settings, settings_env
+from tracetrain.settings import ENV_PREFIX, Settings, settings_env
 
 # The repository (or site-packages) folder holding the stage packages: children run with it
 # as their working directory so `python -m bench.X` style commands resolve the same way.
@@ -78,6 +79,15 @@ def status_address(host: str, port: int) -> tuple[str, int] | None:
     return (host, port) if port else None
 
 
+def child_env(settings: Settings, extra: dict[str, str] | None = None) -> dict[str, str | None]:
+    """The environment changes of a stage's process: its settings exactly as the parent holds
+    them, and every other `TRACETRAIN_*` variable of the parent removed (None), since a nested
+    one such as TRACETRAIN_ENGINE__PORT would override the section the parent chose (an eval
+    engine on a free port would take the stack's port instead)."""
+    inherited = {k: None for k in os.environ if k.upper().startswith(ENV_PREFIX)}
+    return {**inherited, **settings_env(settings), **(extra or {})}
+
+
 def start(settings: Settings, service: Service, *, instance: str | None = None,
           extra_argv: Sequence[str] = (), wait: bool = True) -> processes.ProcessRecord:
     """Start `service` detached; with `wait`, return once it is healthy.
@@ -95,7 +105,7 @@ def start(settings: Settings, service: Service, *, instance: str | None = None,
     record = processes.spawn(
         settings.home_dir, name, argv,
         address=service.address(settings), health_url=service.health_url(settings),
-        env={**settings_env(settings), **service.env(settings)}, cwd=ROOT)
+        env=child_env(settings, service.env(settings)), cwd=ROOT)
     if wait and record.health_url is not None:
         try:
             processes.wait_until(lambda: processes.healthy(record),

@@ -91,3 +91,29 @@ def test_variables_that_are_settings_or_read_before_them_are_accepted(monkeypatc
     monkeypatch.setenv("TRACETRAIN_STREAMS__AIR_RULES__TOOL_RAISED", "-0.5")
     settings = load_settings()
     assert settings.home == tmp_path and settings.publisher.librdkafka["socket.timeout.ms"] == 7000
+
+
+def test_a_stage_process_gets_the_parents_settings_not_its_nested_variables(monkeypatch,
+                                                                             tmp_path):
+    """An eval engine is started on a free port while the user's shell says
+    TRACETRAIN_ENGINE__PORT=18080: the child must listen where the parent chose, so the
+    shell's nested variables do not reach it (they would override the section it is given)."""
+    import subprocess
+    import sys
+
+    from infra import processes
+    from infra.services import child_env
+    from tracetrain.settings.serving import EngineSettings
+
+    monkeypatch.setenv("TRACETRAIN_ENGINE__PORT", "18080")
+    monkeypatch.setenv("TRACETRAIN_LEARNER__MODE", "kto")
+    parent = load_settings(home=tmp_path)
+    chosen = parent.model_copy(update={"engine": EngineSettings(port=23456)})
+    read = subprocess.run(
+        [sys.executable, "-c", "from tracetrain.settings import load_settings as l; "
+         "s = l(); print(s.engine.port, s.learner.mode)"],
+        env=processes.environ_with(child_env(chosen)), capture_output=True, text=True,
+        timeout=60)
+    assert read.returncode == 0, read.stderr
+    # the port the parent chose; the learner mode the parent read from the shell
+    assert read.stdout.split() == ["23456", "kto"]
