@@ -38,18 +38,20 @@ def tiny_model_dir(tmp_path_factory, base_model_dir):
 
 @pytest.fixture(scope="module")
 def torchrun(tmp_path_factory):
-    """start(settings, ranks, *argv): `tracetrain learner *argv` as one torchrun job of `ranks`
-    processes on this machine (gloo on the CPU), with `settings` in its environment; a Popen
-    whose `.log` is the job's output. Jobs still running at the end are killed, all ranks."""
+    """start(settings, ranks, *argv): `tracetrain learner *argv` (or `python -m module *argv`)
+    as one torchrun job of `ranks` processes on this machine (gloo on the CPU), with `settings`
+    in its environment; a Popen whose `.log` is the job's output. Jobs still running at the
+    end are killed, all ranks."""
     jobs: list[subprocess.Popen] = []
     folder = tmp_path_factory.mktemp("torchrun")
 
-    def start(settings, ranks: int, *argv: str) -> subprocess.Popen:
+    def start(settings, ranks: int, *argv: str, module: str = "") -> subprocess.Popen:
         log = folder / f"torchrun-{len(jobs)}.log"
         with open(log, "w") as out:
             job = subprocess.Popen(
                 [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                 "--nproc-per-node", str(ranks), "-m", "tracetrain.cli", "learner", *argv],
+                 "--nproc-per-node", str(ranks), "-m",
+                 *([module] if module else ["tracetrain.cli", "learner"]), *argv],
                 env={**os.environ, **settings_env(settings)}, cwd=ROOT, stdout=out,
                 stderr=subprocess.STDOUT, start_new_session=True)  # its ranks: its group
         job.log = log

@@ -1,7 +1,8 @@
 """`tracetrain learner` under torchrun: 2 CPU ranks (gloo) are one learner. They train the
 adapter one process trains from the same transitions, and a job whose rank 1 is killed -9
 mid-run, restarted, ends with the adapter of the uninterrupted job, no version registered twice
-(real broker, real MLflow, a tiny real model, real torchrun jobs).
+(real broker, real MLflow, a tiny real model, real torchrun jobs). Each of TRL's loss
+normalisations gives the single-process step on 2 ranks.
 
 One partition and batches closed by size (3 transitions: the 2 ranks take 2 rows and 1 plus a
 padding row), so the batches are the same in every run."""
@@ -22,8 +23,13 @@ from safetensors.torch import load_file
 from infra import topics
 from infra.processes import free_port
 from learner.checkpoints import CheckpointStore
+from learner.distributed import Ranks, join
+from learner.errors import LearnerError
 from learner.loop import run_learner
+from learner.trainer import PolicyTrainer
+from testkit import ranked_steps
 from testkit.learner import learner_settings, make_transition, produce
+from tracetrain.modes import LOSS_TYPES
 from tracetrain.settings import load_settings
 from tracetrain.settings.infra import TopicSettings
 
@@ -167,3 +173,34 @@ def test_kill9_of_rank_1_then_restart_equals_the_uninterrupted_job(
     trained = [tid for ids in extra["ledger"] for tid in ids]
     assert sorted(trained) == sorted(r["transition_id"] for r in records), "not exactly once"
     assert stopped_s < 60, f"the job took {stopped_s:.0f} s to stop after rank 1 died"
+
+
+def test_shards_cover_a_batch_once_in_near_equal_parts():
+    for world in (1, 2, 3, 8):
+        for rows in range(0, 20):
+            parts = [Ranks(r, world, r, None).shard(rows) for r in range(world)]
+            assert [i for start, stop in parts for i in range(start, stop)] == list(range(rows))
+            assert max(b - a for a, b in parts) - min(b - a for a, b in parts) <= 1
+
+
+def test_a_mode_that_cannot_be_split_is_refused_under_torchrun(monkeypatch, tmp_path):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    settings = load_settings(home=tmp_path)
+    sft = settings.model_copy(update={"learner": settings.learner.model_copy(update={"mode": "sft"})})
+    with pytest.raises(LearnerError, match="'sft' with WORLD_SIZE=2: expected 'rl'"):
+        join(sft)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert join(sft) is None  # one process: no torch.distributed at all
+
+
+def test_every_loss_type_takes_the_one_process_step_on_two_ranks(torchrun, tiny_model_dir,
+                                                                  tmp_path):
+    settings = load_settings(home=tmp_path).model_copy(update={"base_model": str(tiny_model_dir)})
+    job = torchrun(settings, 2, str(tmp_path), *LOSS_TYPES, module="testkit.ranked_steps")
+    assert job.wait(600) == 0, job.log.read_text()[-6000:]
+    for loss_type in LOSS_TYPES:
+        one = ranked_steps.train(PolicyTrainer(ranked_steps.with_loss(settings, loss_type),
+                                               tmp_path / loss_type))
+        two = torch.load(tmp_path / f"{loss_type}.pt")
+        assert _moved(one) > 10 * TOLERANCE, loss_type
+        assert _diff(one, two) < TOLERANCE, (loss_type, _diff(one, two))
