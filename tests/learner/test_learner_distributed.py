@@ -61,9 +61,10 @@ def history(kafka_broker, mlflow_server, tiny_model_dir, tmp_path_factory):
 
 
 def _own(settings, name: str):
-    """`settings` with a job's own registered model, consumer group and status port."""
+    """`settings` with a job's own registered model, consumer group and status port (named
+    apart from other modules' on the session's MLflow server)."""
     return settings.model_copy(update={
-        "mlflow": settings.mlflow.model_copy(update={"registered_model": f"{name}-model"}),
+        "mlflow": settings.mlflow.model_copy(update={"registered_model": f"ddp-{name}-model"}),
         "learner": settings.learner.model_copy(update={
             "group_id": f"{settings.learner.group_id}-{name}", "metrics_port": free_port()})})
 
@@ -102,7 +103,7 @@ def one_process(history):
     from peft import get_peft_model_state_dict
 
     settings, _ = history
-    result = run_learner(_own(settings, "one"), experiment="one", until_step=STEPS,
+    result = run_learner(_own(settings, "one"), experiment="ddp-one", until_step=STEPS,
                          max_seconds=300)
     assert result.policy.step == STEPS
     return {k: v.detach().clone() for k, v in get_peft_model_state_dict(result.policy.model).items()}
@@ -112,9 +113,9 @@ def one_process(history):
 def two_ranks(history, torchrun, tmp_path_factory):
     settings, _ = history
     own = _own(settings, "two")
-    job = torchrun(own, 2, "--experiment", "two", "--until-step", str(STEPS))
+    job = torchrun(own, 2, "--experiment", "ddp-two", "--until-step", str(STEPS))
     report = _finish(job)
-    return report, job.log.read_text(), _latest(own, "two", tmp_path_factory.mktemp("two"))
+    return report, job.log.read_text(), _latest(own, "ddp-two", tmp_path_factory.mktemp("two"))
 
 
 def test_two_ranks_train_the_adapter_one_process_trains(history, one_process, two_ranks):
@@ -145,11 +146,11 @@ def test_kill9_of_rank_1_then_restart_equals_the_uninterrupted_job(
         history, kafka_broker, two_ranks, one_process, torchrun, tmp_path):
     live, records = history
     crash = _own(live.model_copy(update={"topics": _topics(kafka_broker, "crash")}), "crash")
-    store = CheckpointStore(crash, "crash", crash.mlflow.registered_model)
+    store = CheckpointStore(crash, "ddp-crash", crash.mlflow.registered_model)
     # The first two batches only: the job registers step 2 and waits for the third batch,
     # mid-run, when rank 1 is killed (not finished, whenever the kill lands).
     produce(crash, records[:6], partition=0)
-    job = torchrun(crash, 2, "--experiment", "crash", "--until-step", str(STEPS))
+    job = torchrun(crash, 2, "--experiment", "ddp-crash", "--until-step", str(STEPS))
     deadline = time.monotonic() + 300
     while not store.versions() and time.monotonic() < deadline and job.poll() is None:
         time.sleep(0.2)
@@ -162,11 +163,11 @@ def test_kill9_of_rank_1_then_restart_equals_the_uninterrupted_job(
     assert [v.tags["step"] for v in store.versions()] == ["2"]
 
     produce(crash, records[6:], partition=0)
-    report = _finish(torchrun(crash, 2, "--experiment", "crash", "--until-step", str(STEPS)))
+    report = _finish(torchrun(crash, 2, "--experiment", "ddp-crash", "--until-step", str(STEPS)))
     assert report["resumed_from"] == 1 and report["steps"] == STEPS // 2
     steps = [v.tags["step"] for v in store.versions()]
     assert steps == ["2", str(STEPS)], f"a step registered twice, or one missing: {steps}"
-    _, adapter, extra = _latest(crash, "crash", tmp_path)
+    _, adapter, extra = _latest(crash, "ddp-crash", tmp_path)
     uninterrupted = two_ranks[2][1]
     assert _diff(uninterrupted, adapter) < TOLERANCE
     assert _diff(one_process, adapter) < TOLERANCE
