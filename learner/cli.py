@@ -84,7 +84,9 @@ def learner(
 ) -> None:
     """Train continuously from the transitions topic: micro-batches, TRL step, checkpoints
     registered in MLflow (alias `latest`), offsets committed after registration. Resumes
-    from the experiment's newest checkpoint."""
+    from the experiment's newest checkpoint. Under `torchrun --nproc-per-node N` the N
+    processes are one data-parallel learner (rank 0 consumes, checkpoints and registers)."""
+    from learner.distributed import follow, join
     from learner.loop import run_learner
     from learner.metrics import LearnerMetrics, serve_status
     from tracetrain.observability import configure_logging
@@ -93,15 +95,24 @@ def learner(
     configure_logging("INFO")
     settings = _apply(get_settings(), mode, None, None)
     started = time.time()
-    # SIGTERM (`tracetrain down`, the demo's stop) ends the loop between batches, so the
-    # last steps are checkpointed and registered instead of lost.
+    # SIGTERM (`tracetrain down`, the demo's stop, torchrun stopping the job) ends the loop
+    # between batches, so the last steps are checkpointed and registered instead of lost; the
+    # other ranks of a torchrun job go on until rank 0 says stop, so its last steps can finish.
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    metrics = LearnerMetrics()  # /metrics, /healthz, /state on learner.metrics_port
-    with _Progress(max_steps) as progress, serve_status(settings.learner, metrics):
-        result = run_learner(settings, experiment=experiment, max_steps=max_steps,
-                             until_step=until_step, max_seconds=max_seconds,
-                             on_step=progress, stop=stop, metrics=metrics)
+    ranks = join(settings)
+    try:
+        if ranks is not None and not ranks.leader:
+            follow(settings, ranks)
+            return
+        metrics = LearnerMetrics()  # /metrics, /healthz, /state on learner.metrics_port
+        with _Progress(max_steps) as progress, serve_status(settings.learner, metrics):
+            result = run_learner(settings, experiment=experiment, max_steps=max_steps,
+                                 until_step=until_step, max_seconds=max_seconds,
+                                 on_step=progress, stop=stop, metrics=metrics, ranks=ranks)
+    finally:
+        if ranks is not None:
+            ranks.close()
     _report(result, started)
 
 def replay(

@@ -34,6 +34,7 @@ from threading import Event
 from learner.advantages import GroupBuffer, make_advantage
 from learner.batches import TransitionBatcher
 from learner.checkpoints import CheckpointStore, SavedCheckpoint
+from learner.distributed import Ranks
 from learner.errors import NonFiniteStep
 from learner.metrics import LearnerMetrics
 from learner.trainer import PolicyTrainer
@@ -69,8 +70,11 @@ def run_learner(
     on_step: Callable[[int, dict], None] | None = None,
     resume: bool = True,
     metrics: LearnerMetrics | None = None,
+    ranks: Ranks | None = None,
 ) -> LoopResult:
-    """`metrics`: where the live figures go (the CLI serves them); a private one if unset."""
+    """`metrics`: where the live figures go (the CLI serves them); a private one if unset.
+    `ranks`: this process leads a torchrun job (learner/distributed.py): its policy's steps
+    are taken by every rank, and the followers stop when this returns or raises."""
     learner = settings.learner
     metrics = metrics or LearnerMetrics()
     experiment = experiment or settings.mlflow.experiment
@@ -78,7 +82,7 @@ def run_learner(
     store = CheckpointStore(settings, experiment, model_name)
     store.take_over()  # before reading the newest checkpoint: see the module docstring
     work = Path(tempfile.mkdtemp(prefix="tt-learner-"))
-    policy = PolicyTrainer(settings, work / "trl")
+    policy = PolicyTrainer(settings, work / "trl", ranks)
     advantage = make_advantage(learner)
     buffer = GroupBuffer(learner.group_size, learner.group_wait_s) if learner.advantage == "group" \
         else None
@@ -152,7 +156,7 @@ def run_learner(
         del result.ledger[len(result.ledger) - len(trained):]
         found = store.latest(work / f"restore-{time.time_ns()}")
         if found is None:
-            policy = result.policy = PolicyTrainer(settings, work / "trl")
+            policy = result.policy = PolicyTrainer(settings, work / "trl", ranks)
         else:
             policy.load(found[1])
 
@@ -205,6 +209,8 @@ def run_learner(
                 ready = buffer.release(flush=batcher.exhausted)
             if ready:
                 train(ready)
+            elif ranks is not None:
+                ranks.tell(("idle",))  # no step: the followers' wait for a command starts again
             due_steps = policy.step - last_ckpt_step >= learner.checkpoint_every_steps
             due_time = (learner.checkpoint_every_s is not None and policy.step > last_ckpt_step
                         and time.monotonic() - last_ckpt_t >= learner.checkpoint_every_s)
@@ -219,6 +225,8 @@ def run_learner(
     finally:
         result.counters = Counter(batcher.counters)
         batcher.close()
+        if ranks is not None:  # (a leader that fails earlier exits, and torchrun stops them)
+            ranks.dismiss()
     return result
 
 

@@ -165,7 +165,7 @@ def truncated_is(learner_logps: torch.Tensor, behaviour_logps: torch.Tensor, mas
     }
 
 
-def rl_loss(trainer, model, inputs: dict, tis_cap: float | None = None
+def rl_loss(trainer, model, inputs: dict, tis_cap: float | None = None, forward=None
             ) -> tuple[torch.Tensor, dict[str, float]]:
     """TRL's GRPO loss on one micro-batch, and the metrics TRL recorded for it; with `tis_cap`
     the tokens that carry behaviour logprobs are importance-weighted by `truncated_is`.
@@ -178,7 +178,9 @@ def rl_loss(trainer, model, inputs: dict, tis_cap: float | None = None
     weights); for an older version the learner no longer holds those weights, and the
     staleness bound (`max_staleness`, the batcher) is what limits how far off-policy it is.
     The clip and IS metrics describe the rows that carry the engine's logprobs only
-    (`behaviour_token_fraction` says how many), so re-tokenised rows do not dilute them."""
+    (`behaviour_token_fraction` says how many), so re-tokenised rows do not dilute them.
+    `forward`: the module the loss's gradient flows through (`model` wrapped in DDP under
+    torchrun); `model` itself for the scoring passes without gradient."""
     trl_inputs = {k: inputs[k] for k in ("prompt_ids", "prompt_mask", "completion_ids",
                                          "completion_mask", "advantages", "num_items_in_batch")}
     has_old, completion_mask = inputs["has_old"], inputs["completion_mask"]
@@ -204,7 +206,7 @@ def rl_loss(trainer, model, inputs: dict, tis_cap: float | None = None
             trl_inputs["ref_per_token_logps"] = response_logps(trainer, trainer.ref_model, inputs)
     trainer._metrics["train"].clear()
     with lm_head.row_temperatures(model, inputs.get("temperatures")):
-        loss = trainer._compute_loss(model, trl_inputs)
+        loss = trainer._compute_loss(forward or model, trl_inputs)
     recorded = {k: v[-1] for k, v in trainer._metrics["train"].items() if v}
     tokens, behaved_tokens = float(completion_mask.sum()), float(behaved.sum())
     # TRL's clip fraction is over every response token; an on-policy row (ratio 1) is never

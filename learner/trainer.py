@@ -9,8 +9,11 @@ dir). Modes: `rl` runs TRL's GRPO loss (learner/policy_loss.py); `sft` and `kto`
 SFTTrainer / KTOTrainer losses (learner/offline_modes.py). The optimizer and scheduler are
 built once by the TRL trainer (`create_optimizer_and_scheduler`) and stepped per micro-batch,
 so their state persists; `save`/`load` carry adapter, optimizer, scheduler and RNG state so a
-resumed learner continues exactly. A step whose loss or gradient is not finite is not taken
-(`NonFiniteStep`); `probe_loss` scores fixed texts, so that a broken policy is never
+resumed learner continues exactly. Under torchrun (`ranks`, learner/distributed.py) the model
+is wrapped in DistributedDataParallel and each rank takes its rows of every batch, its loss
+weighted so that the all-reduced gradient is the single-process one; the leader's `train_step`
+and `load` tell the followers to do the same. A step whose loss or gradient is not finite is
+not taken (`NonFiniteStep`); `probe_loss` scores fixed texts, so that a broken policy is never
 registered. Checkpoint state is read with `torch.load(weights_only=True)` (tensors and plain
 values, nothing unpickled that could run code) and the adapter from safetensors.
 """
@@ -26,6 +29,7 @@ import numpy as np
 import torch
 
 from learner.advantages import rollout_weights
+from learner.distributed import Ranks
 from learner.errors import LearnerError, NonFiniteStep
 from learner.policy_loss import build_grpo_trainer, inputs_from, response_logps, rl_loss
 from tracetrain.base_model import resolve_base_model
@@ -49,10 +53,13 @@ def seed_everything(seed: int) -> None:
 
 
 class PolicyTrainer:
-    def __init__(self, settings: Settings, work_dir: Path):
+    def __init__(self, settings: Settings, work_dir: Path, ranks: Ranks | None = None):
         from peft import LoraConfig
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        self.ranks = ranks
+        if ranks is not None and ranks.leader:
+            ranks.tell(("build",))  # building wraps the model in DDP: a collective
         self.settings = settings
         self.learner = settings.learner
         if self.learner.threads:
@@ -85,6 +92,14 @@ class PolicyTrainer:
         self.trl.create_optimizer_and_scheduler(num_training_steps=10**9)
         self.optimizer, self.scheduler = self.trl.optimizer, self.trl.lr_scheduler
         self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.ddp = None
+        if ranks is not None:
+            from torch.nn.parallel import DistributedDataParallel
+
+            # No buffers to keep in step (rotary tables are computed, the same everywhere).
+            self.ddp = DistributedDataParallel(
+                self.model, device_ids=[ranks.local_rank] if self.device.type == "cuda" else None,
+                broadcast_buffers=False)
         self.step = 0
         seed_everything(self.learner.seed)
 
@@ -112,12 +127,16 @@ class PolicyTrainer:
 
     def train_step(self, transitions: list[dict], advantages: list[float],
                    weights: list[float]) -> dict[str, float]:
+        if self.ranks is not None and self.ranks.leader:
+            self.ranks.tell(("step", transitions, advantages, weights))
         started = time.perf_counter()
         self.model.train()
         if self.learner.mode == "rl" and self.learner.loss_normalisation == "rollout":
             weights = [w * r for w, r in zip(weights, rollout_weights(transitions), strict=True)]
         inputs = self.inputs(transitions, advantages, weights)
-        if self.learner.mode == "rl":
+        if self.ranks is not None:
+            loss, metrics = self._ranked_loss(inputs)  # its backward is taken
+        elif self.learner.mode == "rl":
             loss, metrics = rl_loss(self.trl, self.model, inputs, self.learner.tis_cap)
         else:
             from learner import offline_modes
@@ -126,8 +145,10 @@ class PolicyTrainer:
         if loss is None:  # nothing in this batch is trainable in this mode (e.g. sft threshold)
             return {"loss": 0.0, "skipped": 1.0}
         if not torch.isfinite(loss.detach()):
+            self.optimizer.zero_grad(set_to_none=True)
             raise NonFiniteStep("non_finite_loss", f"the step's loss is {float(loss.detach()):g}")
-        loss.backward()
+        if self.ranks is None:
+            loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.learner.max_grad_norm)
         if not torch.isfinite(grad_norm):
             self.optimizer.zero_grad(set_to_none=True)
@@ -154,6 +175,40 @@ class PolicyTrainer:
             "step_s": elapsed,
             **metrics,
         }
+
+    def _ranked_loss(self, inputs: dict) -> tuple[torch.Tensor, dict[str, float]]:
+        """This rank's rows of the batch through DDP, backward taken; the batch's loss (the
+        same on every rank). Every rank takes the same number of rows (TRL gathers per-row
+        metrics across ranks): a rank short of rows pads with copies of row 0 whose response
+        mask is zero, so they weigh nothing in the loss or TRL's metrics. Each rank's loss is
+        weighted by its `_share` of the single-process loss, times the ranks (DDP averages
+        gradients), so the all-reduced gradient is the one of the whole batch. The backward is
+        taken even when a loss is not finite: every rank must join DDP's all-reduce, and every
+        rank sees the non-finite total and skips the step."""
+        rows = inputs["advantages"].size(0)
+        start, stop = self.ranks.shard(rows)
+        width = -(-rows // self.ranks.world)
+        index = torch.tensor([*range(start, stop), *[0] * (width - (stop - start))],
+                             device=self.device)
+        part = {k: v[index] if v.dim() and v.size(0) == rows else v for k, v in inputs.items()}
+        part["completion_mask"][stop - start:] = 0
+        loss, metrics = rl_loss(self.trl, self.model, part, self.learner.tis_cap, forward=self.ddp)
+        scaled = loss * (self._share(inputs, rows, width, start, stop) * self.ranks.world)
+        scaled.backward()
+        return self.ranks.total(scaled) / self.ranks.world, metrics
+
+    def _share(self, inputs: dict, rows: int, width: int, start: int, stop: int) -> float:
+        """The weight in the batch's loss of this rank's loss over `width` rows, the real ones
+        [start, stop), as TRL normalises it."""
+        loss_type = self.learner.loss_type
+        if loss_type in ("dapo", "cispo"):
+            # a sum over tokens / the batch's tokens (`num_items_in_batch`, kept whole) that TRL
+            # multiplies by its process count, expecting DDP's average
+            return 1.0 / self.trl.accelerator.num_processes
+        if loss_type == "bnpo":  # a mean over the response tokens
+            mask = inputs["completion_mask"]
+            return float(mask[start:stop].sum() / mask.sum())
+        return width / rows  # grpo, sapo, dr_grpo: a mean over rows
 
     def probe_loss(self) -> float:
         """Mean next-token loss of the policy on PROBE_TEXTS (no gradient): NaN or infinite
@@ -213,11 +268,39 @@ class PolicyTrainer:
         name, keys, *rest = state["rng"]["numpy"]
         np.random.set_state((name, np.asarray(keys, dtype=np.uint32), *rest))
         self.step = state["step"]
+        if self.ranks is not None and self.ranks.leader:
+            self.ranks.tell(("state", self.shared_state()))
         return state["extra"]
+
+    def shared_state(self) -> dict:
+        """What a follower needs to be this policy: trained weights, optimizer, scheduler, step
+        (on the CPU: a follower's device is not the leader's)."""
+        return _on_cpu({"weights": self.trainable_state(), "optimizer": self.optimizer.state_dict(),
+                        "scheduler": self.scheduler.state_dict(), "step": self.step})
+
+    def adopt(self, state: dict) -> None:
+        """Become the policy `shared_state` describes (a follower, after the leader loaded)."""
+        params = dict(self.model.named_parameters())
+        with torch.no_grad():
+            for name, value in state["weights"].items():
+                params[name].copy_(value)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.step = state["step"]
 
     def trainable_state(self) -> dict[str, torch.Tensor]:
         """The trained weights (the adapter under PEFT), for comparing two runs."""
         return {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
+
+
+def _on_cpu(value):
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {k: _on_cpu(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_on_cpu(v) for v in value)
+    return value
 
 
 def _plain_numpy_state() -> tuple:

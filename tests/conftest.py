@@ -41,6 +41,7 @@ FIXTURE_MARKERS: dict[str, tuple[str, ...]] = {
     "engine_pool": ("processes",),
     "optimizer_engine": ("processes",),
     "workers": ("processes",),
+    "torchrun": ("processes",),
     "stack_home": ("integration", "mlflow", "processes"),
 }
 

@@ -18,6 +18,8 @@ AdvantageMode = Literal["group", "batch", "baseline"]
 LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo"]
 # learner: how the `rl` loss weighs the calls of a micro-batch
 LossNormalisation = Literal["rollout", "call"]
+# learner: the torch.distributed backend under torchrun (`auto`: nccl with CUDA, else gloo)
+DistBackend = Literal["auto", "gloo", "nccl"]
 # learner: a transition more than max_staleness versions behind
 StalenessPolicy = Literal["drop", "downweight"]
 # streams: how a rollout's rewards become each call's return

@@ -6,6 +6,7 @@ from pydantic import BaseModel, Field
 
 from tracetrain.modes import (
     AdvantageMode,
+    DistBackend,
     LearnerMode,
     LossNormalisation,
     LossType,
@@ -62,6 +63,22 @@ class LearnerSettings(BaseModel):
     checkpoint_every_s: float | None = Field(None, gt=0, description="Also checkpoint after T s.")
     threads: int | None = Field(
         None, ge=1, description="torch threads of the learner; unset keeps torch's (all cores)."
+    )
+    # Under torchrun (learner/distributed.py; a single process uses none of these).
+    dist_backend: DistBackend = Field(
+        "auto", description="torch.distributed backend of the training collectives: `auto` "
+        "is nccl where CUDA is, gloo on CPUs."
+    )
+    collective_timeout_s: float = Field(
+        300.0, gt=0, description="A gradient all-reduce (or DDP's set-up) that waits this long "
+        "for a rank fails, ending the job: a rank that hangs or whose host vanished. Generous: "
+        "a rank that died is usually seen at once (its connections close) and torchrun stops "
+        "the others."
+    )
+    follower_wait_s: float = Field(
+        3600.0, gt=0, description="How long ranks 1..N-1 wait for rank 0's next command. Rank "
+        "0 sends one at least every `batch_timeout_s` while it runs, but a Kafka or MLflow "
+        "outage it waits out (a checkpoint's registration) sends none."
     )
     dedupe_window: int = Field(200_000, ge=1, description="Transition ids remembered for dedupe.")
     seed: int = 0
