@@ -46,8 +46,9 @@ def make_gateway(kafka_settings, upstream, tmp_path):
     with contextlib.ExitStack() as running:
         def make(**changes):
             n = next(made)
+            target = changes.pop("upstream_url", upstream.url + "/v1")
             return running.enter_context(running_gateway(
-                kafka_settings, upstream.url + "/v1", tmp_path / f"spool-{n}", f"gw-test-{n}",
+                kafka_settings, target, tmp_path / f"spool-{n}", f"gw-test-{n}",
                 **{"max_body_bytes": 64 * 1024,
                    "api_keys": [SecretStr("key-1"), SecretStr("key-2")], **changes}))
 
