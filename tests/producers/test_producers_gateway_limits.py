@@ -13,11 +13,10 @@ import pytest
 
 from infra import processes, topics
 from infra.processes import wait_until
-from producers.gateway.app import create_app
-from producers.publisher import Publisher
 from testkit.fixed_upstream import ServerThread, app
 from testkit.metrics import metric_samples
 from testkit.producers import consume, set_topic_config
+from testkit.producers import running_gateway as gateway_before
 
 pytestmark = pytest.mark.integration
 EMPTY_CHAT_BYTES = len('[{"role": "user", "content": ""}]')  # the span's messages, no content
@@ -37,18 +36,15 @@ class CountingUpstream:
 
 @contextmanager
 def running_gateway(settings, spool_dir, **publisher):
+    """testkit's gateway in front of a CountingUpstream, with `publisher` settings changed."""
     upstream = CountingUpstream()
     up = ServerThread(upstream, processes.free_port()).start()
     settings = settings.model_copy(update={
-        "gateway": settings.gateway.model_copy(update={"upstream_url": up.url + "/v1"}),
         "publisher": settings.publisher.model_copy(update=publisher)})
-    pub = Publisher(settings, name="gw-limits", spool_dir=spool_dir)
-    server = ServerThread(create_app(settings, publisher=pub), processes.free_port()).start()
     try:
-        yield server.url, pub, upstream
+        with gateway_before(settings, up.url + "/v1", spool_dir, "gw-limits") as (url, _, pub):
+            yield url, pub, upstream
     finally:
-        server.stop()
-        pub.close(10)
         up.stop()
 
 
