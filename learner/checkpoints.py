@@ -56,6 +56,7 @@ class CheckpointStore:
         self.experiment_id = (found.experiment_id if found else
                               self.client.create_experiment(experiment))
         self.run_id: str | None = None
+        self.run_started_ms: int | None = None
         self.codec = Codec(registry_url=settings.schema_registry.url)
         self.announce = announce  # False only where no broker exists (bench/learner.py)
         self.fence: Fence | None = None
@@ -69,7 +70,7 @@ class CheckpointStore:
 
     def start_run(self, run_name: str, tags: dict[str, str]) -> str:
         run = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags)
-        self.run_id = run.info.run_id
+        self.run_id, self.run_started_ms = run.info.run_id, run.info.start_time
         return self.run_id
 
     def newer_learner(self) -> bool:
@@ -81,10 +82,10 @@ class CheckpointStore:
         try:
             if self.run_id is None:
                 return True
-            mine = self.client.get_run(self.run_id).info.start_time
             newer = self.client.search_runs(
                 [self.experiment_id], max_results=1,
-                filter_string=f"attributes.status = 'RUNNING' and attributes.start_time > {mine}")
+                filter_string=f"attributes.status = 'RUNNING' and "
+                              f"attributes.start_time > {self.run_started_ms}")
             return bool(newer)
         except (MlflowException, OSError) as exc:
             log.warning("cannot tell whether a newer learner runs (%s); assuming one does", exc)
