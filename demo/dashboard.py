@@ -24,7 +24,8 @@ def _fmt(value, spec: str = ".3f", none: str = "-") -> str:
     return none if value is None else format(value, spec)
 
 
-def render(monitor: Monitor, title: str, ends_at: float, base_accuracy: float | None) -> Panel:
+def render(monitor: Monitor, title: str, ends_at: float, base_accuracy: float | None,
+           metric: str = "accuracy") -> Panel:
     s = monitor.snapshot
     left = max(0.0, ends_at - time.time())
     table = Table.grid(padding=(0, 3))
@@ -42,7 +43,7 @@ def render(monitor: Monitor, title: str, ends_at: float, base_accuracy: float | 
     table.add_row("learner", f"step {_fmt(s.learner_step, 'd')}  loss {_fmt(learner.get('loss'), '.4f')}"
                   f"  staleness {_fmt(learner.get('staleness'), '.2f')}"
                   f"  batch reward {_fmt(learner.get('mean_reward'))}")
-    held = Table("version", "held-out accuracy", "n", box=None, header_style="bold")
+    held = Table("version", f"held-out {metric}", "n", box=None, header_style="bold")
     if base_accuracy is not None:
         held.add_row("base", f"{base_accuracy:.3f}", "")
     for h in s.heldout[-8:]:
@@ -51,7 +52,8 @@ def render(monitor: Monitor, title: str, ends_at: float, base_accuracy: float | 
                  subtitle=f"{left / 60:.1f} min left  (Ctrl-C ends it early)")
 
 
-def status_line(monitor: Monitor, ends_at: float, base_accuracy: float | None) -> str:
+def status_line(monitor: Monitor, ends_at: float, base_accuracy: float | None,
+                metric: str = "accuracy") -> str:
     """The dashboard's figures on one plain line."""
     s = monitor.snapshot
     left = max(0.0, ends_at - time.time())
@@ -68,7 +70,7 @@ def status_line(monitor: Monitor, ends_at: float, base_accuracy: float | None) -
         f"learner step {_fmt(s.learner_step, 'd')} loss {_fmt(s.learner.get('loss'), '.4f')}",
     ]
     if held:
-        parts.append(f"held-out {held}")
+        parts.append(f"held-out {metric} {held}")
     if monitor.traffic.errors:
         parts.append(f"{monitor.traffic.errors} agent errors")
     return "demo: " + " | ".join(parts)
@@ -120,9 +122,10 @@ class _LiveTable:
 
 def live_view(console: Console, monitor: Monitor, title: str, ends_at: float,
               base_accuracy: float | None, every_s: float = 30.0,
-              clock: Callable[[], float] = time.monotonic) -> _LiveTable | PlainStatus:
+              clock: Callable[[], float] = time.monotonic,
+              metric: str = "accuracy") -> _LiveTable | PlainStatus:
     """The table on a terminal; otherwise a status line every `every_s` seconds."""
     if console.is_terminal:
-        return _LiveTable(console, lambda: render(monitor, title, ends_at, base_accuracy))
-    return PlainStatus(console, lambda: status_line(monitor, ends_at, base_accuracy),
+        return _LiveTable(console, lambda: render(monitor, title, ends_at, base_accuracy, metric))
+    return PlainStatus(console, lambda: status_line(monitor, ends_at, base_accuracy, metric),
                        every_s, clock)

@@ -87,7 +87,7 @@ def with_progress(task, problems: list, base_url: str, label: str, threads: int 
             done["n"] += 1
             done["sum"] += value
             bar.update(job, advance=1,
-                       description=f"{label} accuracy {done['sum'] / done['n']:.3f}")
+                       description=f"{label} {task.metric} {done['sum'] / done['n']:.3f}")
 
         return accuracy(task, problems, base_url, threads, on_done=step, episodes=episodes,
                         system_prompt=system_prompt)

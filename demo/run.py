@@ -210,7 +210,7 @@ class DemoRun:
         try:
             self.bring_up()
             base, cached = self.base_accuracy()
-            self._say(f"base model: held-out accuracy {base:.3f} (n={opts.n_eval}"
+            self._say(f"base model: held-out {self.task.metric} {base:.3f} (n={opts.n_eval}"
                       f"{', cached from an earlier run' if cached else ''})")
             self.start_pipeline()
             gateway_url = f"http://{s.gateway.host}:{s.gateway.port}/v1"
@@ -231,7 +231,8 @@ class DemoRun:
             title = f"tracetrain demo: {self.task.name}, {opts.mode}, {opts.workers} agents"
             try:
                 # a table on a terminal, a status line every 30 s in a piped log
-                with live_view(self.console, monitor, title, ends_at, base) as view:
+                with live_view(self.console, monitor, title, ends_at, base,
+                               metric=self.task.metric) as view:
                     while time.time() < ends_at:
                         time.sleep(1.0)
                         self._check_alive()
@@ -275,7 +276,7 @@ class DemoRun:
                                     monitor.snapshot.heldout, train_started,
                                     (base, opts.n_eval), (final, opts.n_eval))
             (s.home_dir / "demo" / "reward_curve.png").write_bytes(png.read_bytes())
-            self._say(f"held-out accuracy: base {base:.3f} -> version {final_version} {final:.3f} "
+            self._say(f"held-out {self.task.metric}: base {base:.3f} -> version {final_version} {final:.3f} "
                       f"(n={opts.n_eval} each); {summary['versions']} versions registered")
             self._say(f"summary {self.folder / 'summary.json'}, curve {png}")
             self._say(f"MLflow UI: {s.mlflow.uri}  (experiment {s.mlflow.experiment}, "

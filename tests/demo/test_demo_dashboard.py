@@ -52,9 +52,20 @@ def test_without_a_terminal_a_status_line_every_30_s(tmp_path):
     assert first.startswith("demo: 10.0 min left") or first.startswith("demo: 9.9 min left")
     for part in ("rollouts 4", "reward(last 64) 0.375", "transitions 120",
                  "policy v3 served, 3 registered, reload 1.00s avg",
-                 "learner step 12 loss 0.2500", "held-out base 0.145, v3 0.600"):
+                 "learner step 12 loss 0.2500", "held-out accuracy base 0.145, v3 0.600"):
         assert part in first, (part, first)
     assert len(first) > 60  # one line, not wrapped at the console's width
+
+
+def test_the_status_line_names_the_task_s_metric(tmp_path):
+    """rag is scored by answer F1, not accuracy: the line must not call it accuracy."""
+    out = io.StringIO()
+    view = live_view(Console(file=out, force_terminal=False, width=60), _monitor(tmp_path),
+                     "demo", time.time() + 600, 0.0, clock=Clock(), metric="f1")
+    with view:
+        view.update()
+    assert "held-out f1 base 0.000, v3 0.600" in out.getvalue()
+    assert "accuracy" not in out.getvalue()
 
 
 def test_on_a_terminal_the_table(tmp_path):
