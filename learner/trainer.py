@@ -23,6 +23,7 @@ from __future__ import annotations
 import pickle
 import random
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -137,7 +138,7 @@ class PolicyTrainer:
         if self.ranks is not None:
             loss, metrics = self._ranked_loss(inputs)  # its backward is taken
         elif self.learner.mode == "rl":
-            loss, metrics = rl_loss(self.trl, self.model, inputs, self.learner.tis_cap)
+            loss, metrics = self._accumulated_loss(inputs, 1.0, self.model)  # backward taken
         else:
             from learner import offline_modes
 
@@ -147,7 +148,7 @@ class PolicyTrainer:
         if not torch.isfinite(loss.detach()):
             self.optimizer.zero_grad(set_to_none=True)
             raise NonFiniteStep("non_finite_loss", f"the step's loss is {float(loss.detach()):g}")
-        if self.ranks is None:
+        if self.ranks is None and self.learner.mode != "rl":
             loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.learner.max_grad_norm)
         if not torch.isfinite(grad_norm):
@@ -192,10 +193,51 @@ class PolicyTrainer:
                              device=self.device)
         part = {k: v[index] if v.dim() and v.size(0) == rows else v for k, v in inputs.items()}
         part["completion_mask"][stop - start:] = 0
-        loss, metrics = rl_loss(self.trl, self.model, part, self.learner.tis_cap, forward=self.ddp)
-        scaled = loss * (self._share(inputs, rows, width, start, stop) * self.ranks.world)
-        scaled.backward()
-        return self.ranks.total(scaled) / self.ranks.world, metrics
+        scale = self._share(inputs, rows, width, start, stop) * self.ranks.world
+        loss, metrics = self._accumulated_loss(part, scale, self.ddp)
+        return self.ranks.total(loss) / self.ranks.world, metrics
+
+    def _accumulated_loss(self, inputs: dict, scale: float, forward
+                          ) -> tuple[torch.Tensor, dict[str, float]]:
+        """`rl_loss` of `inputs` times `scale`, its backward taken, in parts of at most
+        `learner.max_step_tokens` padded tokens (at least one row each): each part's loss is
+        weighted by its `_part_share`, so the accumulated gradient is the one of a single pass,
+        at a part's memory. Under DDP only the last part's backward all-reduces, and every
+        rank splits its equal-sized rows alike, so the ranks meet in the same collectives.
+        Returns the (detached) scaled loss and the parts' metrics averaged by response tokens."""
+        rows = inputs["advantages"].size(0)
+        length = inputs["prompt_ids"].size(1) + inputs["completion_ids"].size(1)
+        per = max(1, self.learner.max_step_tokens // length)
+        bounds = [(a, min(a + per, rows)) for a in range(0, rows, per)]
+        tokens = inputs["completion_mask"].sum().clamp(min=1)
+        total, merged = torch.zeros((), device=self.device), {}
+        for i, (a, b) in enumerate(bounds):
+            part = inputs if len(bounds) == 1 else {
+                k: v[a:b] if v.dim() and v.size(0) == rows else v for k, v in inputs.items()}
+            last = i == len(bounds) - 1
+            sync = forward.no_sync() if hasattr(forward, "no_sync") and not last else nullcontext()
+            with sync:
+                loss, metrics = rl_loss(self.trl, self.model, part, self.learner.tis_cap,
+                                        forward=forward)
+                scaled = loss * (self._part_share(inputs, a, b) * scale)
+                scaled.backward()
+            total += scaled.detach()
+            weight = float(part["completion_mask"].sum() / tokens)
+            for key, value in metrics.items():
+                merged[key] = (max(merged.get(key, value), value) if key == "is_ratio_max"
+                               else merged.get(key, 0.0) + value * weight)
+        return total, merged
+
+    def _part_share(self, inputs: dict, start: int, stop: int) -> float:
+        """The weight of rows [start, stop)'s loss in the loss of all of `inputs`, as TRL
+        normalises it (parts of one process, where `_share` is the ranks' split)."""
+        loss_type = self.learner.loss_type
+        if loss_type in ("dapo", "cispo"):
+            return 1.0  # sums over tokens / the batch's tokens (`num_items_in_batch`, whole)
+        if loss_type == "bnpo":
+            mask = inputs["completion_mask"]
+            return float(mask[start:stop].sum() / mask.sum().clamp(min=1))
+        return (stop - start) / inputs["advantages"].size(0)
 
     def _share(self, inputs: dict, rows: int, width: int, start: int, stop: int) -> float:
         """The weight in the batch's loss of this rank's loss over `width` rows, the real ones

@@ -22,6 +22,7 @@ from safetensors.torch import load_file
 
 from infra import topics
 from infra.processes import free_port
+from learner.advantages import BatchAdvantage
 from learner.checkpoints import CheckpointStore
 from learner.distributed import Ranks, join
 from learner.errors import LearnerError
@@ -194,10 +195,18 @@ def test_a_mode_that_cannot_be_split_is_refused_under_torchrun(monkeypatch, tmp_
     assert join(sft) is None  # one process: no torch.distributed at all
 
 
+def _in_parts(settings, tokens: int):
+    return settings.model_copy(update={"learner": settings.learner.model_copy(
+        update={"max_step_tokens": tokens})})
+
+
 def test_every_loss_type_takes_the_one_process_step_on_two_ranks(torchrun, tiny_model_dir,
                                                                   tmp_path):
+    """Each rank also takes its 2 rows in 2 parts (`max_step_tokens` below one row): rank 1's
+    second part is its padding row alone, and only the last part's backward all-reduces."""
     settings = load_settings(home=tmp_path).model_copy(update={"base_model": str(tiny_model_dir)})
-    job = torchrun(settings, 2, str(tmp_path), *LOSS_TYPES, module="testkit.ranked_steps")
+    job = torchrun(_in_parts(settings, 1), 2, str(tmp_path), *LOSS_TYPES,
+                   module="testkit.ranked_steps")
     assert job.wait(600) == 0, job.log.read_text()[-6000:]
     for loss_type in LOSS_TYPES:
         one = ranked_steps.train(PolicyTrainer(ranked_steps.with_loss(settings, loss_type),
@@ -205,3 +214,34 @@ def test_every_loss_type_takes_the_one_process_step_on_two_ranks(torchrun, tiny_
         two = torch.load(tmp_path / f"{loss_type}.pt")
         assert _moved(one) > 10 * TOLERANCE, loss_type
         assert _diff(one, two) < TOLERANCE, (loss_type, _diff(one, two))
+
+
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_a_batch_taken_in_parts_takes_the_one_pass_step(tiny_model_dir, tmp_path, loss_type):
+    """`max_step_tokens` bounds the tokens of one forward (a long micro-batch would not fit in
+    memory otherwise): the batch of 3 rows goes through in 3 passes of 1 row, and the
+    accumulated step is the one-pass step of the same loss normalisation."""
+    settings = ranked_steps.with_loss(load_settings(home=tmp_path).model_copy(
+        update={"base_model": str(tiny_model_dir)}), loss_type)
+    one, one_losses = _steps(PolicyTrainer(settings, tmp_path / "one"))
+    parted = PolicyTrainer(_in_parts(settings, 8), tmp_path / "parts")
+    rows: list[int] = []
+
+    def count(_module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        rows.append(ids.size(0))
+
+    parted.model.register_forward_pre_hook(count, with_kwargs=True)
+    two, losses = _steps(parted)
+    assert rows and max(rows) == 1, rows  # each row alone (prompt + response > 8 tokens)
+    # the parts' weights add up to the batch's loss (Adam alone would hide a common factor)
+    assert losses == pytest.approx(one_losses, rel=1e-5, abs=1e-7), (losses, one_losses)
+    assert _moved(one) > 10 * TOLERANCE, loss_type
+    assert _diff(one, two) < TOLERANCE, (loss_type, _diff(one, two))
+
+
+def _steps(policy: PolicyTrainer) -> tuple[dict[str, torch.Tensor], list[float]]:
+    """ranked_steps' batches trained by `policy`: its weights, and each step's loss."""
+    losses = [policy.train_step(batch, BatchAdvantage().compute(batch), [1.0] * len(batch))["loss"]
+              for batch in ranked_steps.batches()]
+    return policy.trainable_state(), losses

@@ -53,6 +53,12 @@ class LearnerSettings(BaseModel):
     beta: float = Field(0.0, ge=0, description="KL weight to the reference (adapter disabled).")
     max_grad_norm: float = Field(1.0, gt=0)
     max_length: int = Field(1024, ge=8, description="Prompt+response tokens kept (prompt cut left).")
+    max_step_tokens: int = Field(
+        4096, ge=1, description="`rl`: padded prompt+response tokens through one forward and "
+        "backward. A micro-batch past it is split into parts whose gradients add up to the "
+        "same step: the step's memory grows with these tokens (SmolLM2-135M on CPU: about 2 GB "
+        "per 1024), so eight 1024-token transitions would need some 18 GB in one pass."
+    )
     sft_min_reward: float = Field(0.5, description="`sft`: transitions at or above this return.")
     max_staleness: int = Field(4, ge=0, description="Versions behind the current one tolerated.")
     staleness_policy: StalenessPolicy = "drop"
