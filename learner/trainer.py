@@ -227,7 +227,7 @@ class PolicyTrainer:
             sync = forward.no_sync() if hasattr(forward, "no_sync") and not last else nullcontext()
             with sync:
                 loss, metrics = rl_loss(self.trl, self.model, part, self.learner.tis_cap,
-                                        forward=forward)
+                                        forward=forward, rescore=self.sharded)
                 scaled = loss * (self._part_share(inputs, a, b) * scale)
                 scaled.backward()
             total += scaled.detach()
