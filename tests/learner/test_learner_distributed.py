@@ -248,8 +248,9 @@ def _steps(policy: PolicyTrainer) -> tuple[dict[str, torch.Tensor], list[float]]
 
 
 def _full(settings):
+    # a collective that ranks miss fails in a minute, not in the default five
     return settings.model_copy(update={"learner": settings.learner.model_copy(
-        update={"full_finetune": True})})
+        update={"full_finetune": True, "collective_timeout_s": 60})})
 
 
 def test_full_finetune_is_sharded_with_fsdp_and_takes_the_one_process_step(
