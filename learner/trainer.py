@@ -391,6 +391,13 @@ class PolicyTrainer:
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         weights = get_model_state_dict(self.model, options=options)
         optimizer = get_optimizer_state_dict(self.model, self.optimizer, options=options)
+        if getattr(self.model.config, "tie_word_embeddings", False):
+            # gathered copies no longer share storage with the embedding, so save_pretrained
+            # would write the tied head as a weight of its own, unlike one process's save
+            head = self.model.get_output_embeddings()
+            for name, module in self.model.named_modules():
+                if module is head:
+                    weights.pop(f"{name}.weight", None)
         return weights, _by_index(optimizer) if optimizer else {}
 
     def _by_name(self, optimizer: dict) -> dict:
