@@ -22,6 +22,12 @@ So rank 0 alone talks to Kafka and MLflow (consumes, fences, checkpoints, regist
 `PolicyTrainer`, wrapped in torch's DistributedDataParallel, and trains on its rows of each
 batch (`shard`); the all-reduce of gradients makes the step the single-process one.
 
+With `learner.full_finetune` (`learner.dist_strategy` auto or fsdp) the model is sharded
+instead (`shard_model`, FSDP2): each rank holds 1/N of the weights, gradients and Adam state,
+and a forward all-gathers one decoder layer at a time. Then a forward or a full state dict is a
+collective, so the leader's probe and checkpoint tell the followers to join it (`probe`,
+`gather`); the checkpoint rank 0 writes is still the whole model, as one process writes it.
+
 A rank that dies ends the job: torchrun's agent stops the others, and a collective with a
 dead peer fails (gloo sees the closed connection; otherwise `learner.collective_timeout_s`).
 A restarted job resumes from the last registered checkpoint, as a single process does: what
@@ -93,6 +99,23 @@ class Ranks:
             dist.destroy_process_group()
 
 
+def shard_model(model, ranks: Ranks) -> None:
+    """Shard `model` in place over the ranks with FSDP2: each decoder layer (the classes
+    transformers names in `_no_split_modules`) is one unit, gathered for its own forward and
+    backward only; the root unit keeps the rest (embeddings, final norm, a tied LM head). Its
+    parameters become DTensors sharded on dim 0; build the optimizer after this."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+    mesh = init_device_mesh(device, (ranks.world,))
+    units = set(getattr(model, "_no_split_modules", None) or ())
+    for module in list(model.modules()):
+        if type(module).__name__ in units:
+            fully_shard(module, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
 def join(settings: Settings) -> Ranks | None:
     """This process's Ranks when torchrun (or `accelerate launch`) started several; None for a
     single process, whose behaviour stays exactly as without torch.distributed."""
@@ -134,6 +157,10 @@ def follow(settings: Settings, ranks: Ranks) -> int:
             policy = PolicyTrainer(settings, work / "trl", ranks)
         elif kind == "state":
             policy.adopt(command[1])
+        elif kind == "probe":  # sharded: the leader's probe forward needs every rank
+            policy.probe_loss()
+        elif kind == "gather":  # sharded: the leader's full state dict needs every rank
+            policy.full_state()
         elif kind == "step":
             try:
                 policy.train_step(*command[1:])

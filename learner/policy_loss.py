@@ -165,8 +165,8 @@ def truncated_is(learner_logps: torch.Tensor, behaviour_logps: torch.Tensor, mas
     }
 
 
-def rl_loss(trainer, model, inputs: dict, tis_cap: float | None = None, forward=None
-            ) -> tuple[torch.Tensor, dict[str, float]]:
+def rl_loss(trainer, model, inputs: dict, tis_cap: float | None = None, forward=None,
+            rescore: bool = False) -> tuple[torch.Tensor, dict[str, float]]:
     """TRL's GRPO loss on one micro-batch, and the metrics TRL recorded for it; with `tis_cap`
     the tokens that carry behaviour logprobs are importance-weighted by `truncated_is`.
 
@@ -180,7 +180,10 @@ def rl_loss(trainer, model, inputs: dict, tis_cap: float | None = None, forward=
     The clip and IS metrics describe the rows that carry the engine's logprobs only
     (`behaviour_token_fraction` says how many), so re-tokenised rows do not dilute them.
     `forward`: the module the loss's gradient flows through (`model` wrapped in DDP under
-    torchrun); `model` itself for the scoring passes without gradient."""
+    torchrun); `model` itself for the scoring passes without gradient. `rescore`: always take
+    the scoring pass (the same ratios: a row's old logps are its stored ones or its current
+    ones either way). A sharded model (FSDP) needs it: each forward all-gathers the weights, so
+    every rank must take the same passes, whichever behaviour logprobs its own rows carry."""
     trl_inputs = {k: inputs[k] for k in ("prompt_ids", "prompt_mask", "completion_ids",
                                          "completion_mask", "advantages", "num_items_in_batch")}
     has_old, completion_mask = inputs["has_old"], inputs["completion_mask"]
@@ -189,9 +192,9 @@ def rl_loss(trainer, model, inputs: dict, tis_cap: float | None = None, forward=
     # With no stored behaviour logprobs at all the ratio is the on-policy 1: TRL does that
     # itself when `old_per_token_logps` is absent (detached current logps, no extra forward); a
     # batch mixing both, or truncated IS, needs the current logps.
-    if bool(has_old.all()) and tis_cap is None:
+    if bool(has_old.all()) and tis_cap is None and not rescore:
         trl_inputs["old_per_token_logps"] = inputs["old_logps"]
-    elif bool(has_old.any()):
+    elif bool(has_old.any()) or rescore:
         current = response_logps(trainer, model, inputs)
         old = torch.where(has_old.unsqueeze(1), inputs["old_logps"], current)
         trl_inputs["old_per_token_logps"] = old

@@ -12,7 +12,9 @@ so their state persists; `save`/`load` carry adapter, optimizer, scheduler and R
 resumed learner continues exactly. Under torchrun (`ranks`, learner/distributed.py) the model
 is wrapped in DistributedDataParallel and each rank takes its rows of every batch, its loss
 weighted so that the all-reduced gradient is the single-process one; the leader's `train_step`
-and `load` tell the followers to do the same. A step whose loss or gradient is not finite is
+and `load` tell the followers to do the same. A `full_finetune` under torchrun is sharded with
+FSDP2 instead (`learner.dist_strategy`): the same rows and weights, the gradient reduce-scattered
+rather than all-reduced, and checkpoints gathered whole on rank 0 (`full_state`). A step whose loss or gradient is not finite is
 not taken (`NonFiniteStep`); `probe_loss` scores fixed texts, so that a broken policy is never
 registered. Checkpoint state is read with `torch.load(weights_only=True)` (tensors and plain
 values, nothing unpickled that could run code) and the adapter from safetensors.
@@ -30,7 +32,7 @@ import numpy as np
 import torch
 
 from learner.advantages import rollout_weights
-from learner.distributed import Ranks
+from learner.distributed import Ranks, shard_model
 from learner.errors import LearnerError, NonFiniteStep
 from learner.policy_loss import build_grpo_trainer, inputs_from, response_logps, rl_loss
 from tracetrain.base_model import resolve_base_model
@@ -89,12 +91,16 @@ class PolicyTrainer:
         else:
             raise LearnerError(f"learner mode {mode!r}: expected {one_of(LEARNER_MODES)}")
         self.model = self.trl.model
+        # Sharded before the optimizer is built: it must hold (and size its state by) the shards.
+        self.sharded = ranks is not None and self.learner.sharded
+        if self.sharded:
+            shard_model(self.model, ranks)
         self.device = next(self.model.parameters()).device
         self.trl.create_optimizer_and_scheduler(num_training_steps=10**9)
         self.optimizer, self.scheduler = self.trl.optimizer, self.trl.lr_scheduler
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.ddp = None
-        if ranks is not None:
+        if ranks is not None and not self.sharded:
             from torch.nn.parallel import DistributedDataParallel
 
             # No buffers to keep in step (rotary tables are computed, the same everywhere).
@@ -151,6 +157,8 @@ class PolicyTrainer:
         if self.ranks is None and self.learner.mode != "rl":
             loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.learner.max_grad_norm)
+        if hasattr(grad_norm, "full_tensor"):  # sharded: a DTensor, the norm over all shards
+            grad_norm = grad_norm.full_tensor()
         if not torch.isfinite(grad_norm):
             self.optimizer.zero_grad(set_to_none=True)
             raise NonFiniteStep("non_finite_grad", f"the step's gradient norm is "
@@ -194,7 +202,8 @@ class PolicyTrainer:
         part = {k: v[index] if v.dim() and v.size(0) == rows else v for k, v in inputs.items()}
         part["completion_mask"][stop - start:] = 0
         scale = self._share(inputs, rows, width, start, stop) * self.ranks.world
-        loss, metrics = self._accumulated_loss(part, scale, self.ddp)
+        # FSDP2 averages the reduce-scattered gradients over the ranks as DDP does.
+        loss, metrics = self._accumulated_loss(part, scale, self.ddp or self.model)
         return self.ranks.total(loss) / self.ranks.world, metrics
 
     def _accumulated_loss(self, inputs: dict, scale: float, forward
@@ -218,7 +227,7 @@ class PolicyTrainer:
             sync = forward.no_sync() if hasattr(forward, "no_sync") and not last else nullcontext()
             with sync:
                 loss, metrics = rl_loss(self.trl, self.model, part, self.learner.tis_cap,
-                                        forward=forward)
+                                        forward=forward, rescore=self.sharded)
                 scaled = loss * (self._part_share(inputs, a, b) * scale)
                 scaled.backward()
             total += scaled.detach()
@@ -255,6 +264,8 @@ class PolicyTrainer:
     def probe_loss(self) -> float:
         """Mean next-token loss of the policy on PROBE_TEXTS (no gradient): NaN or infinite
         when the weights are broken."""
+        if self.sharded and self.ranks.leader:
+            self.ranks.tell(("probe",))  # a sharded forward gathers each layer from every rank
         batch = self.tokenizer(list(PROBE_TEXTS), return_tensors="pt", padding=True)
         labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
         self.model.eval()
@@ -269,13 +280,14 @@ class PolicyTrainer:
     def save(self, directory: Path, extra_state: dict) -> None:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
+        weights, optimizer = self.full_state()
         if self.is_peft:
             self.model.save_pretrained(directory / "adapter")
         else:
-            self.model.save_pretrained(directory / "model")
+            self.model.save_pretrained(directory / "model", state_dict=weights)
         torch.save({
             "step": self.step,
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": optimizer,
             "scheduler": self.scheduler.state_dict(),
             # numpy's state as plain values: weights_only loading reads no arrays
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
@@ -294,7 +306,8 @@ class PolicyTrainer:
             set_peft_model_state_dict(self.model, weights)
         else:
             weights = load_file(directory / "model" / "model.safetensors")
-            self.model.load_state_dict(weights, strict=False)
+            if not self.sharded:
+                self.model.load_state_dict(weights, strict=False)
         path = directory / "trainer_state.pt"
         try:
             with torch.serialization.safe_globals(list(_NUMPY_STATE)):
@@ -303,14 +316,20 @@ class PolicyTrainer:
             raise LearnerError(f"checkpoint state {path} holds objects that only unpickling "
                                "could build; refused (expected tensors and plain values, as "
                                f"the learner writes them): {str(exc)[:300]}") from exc
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        if self.sharded:  # every rank takes its shards of the whole state (`adopt`)
+            shared = {"weights": weights, "optimizer": state["optimizer"],
+                      "scheduler": state["scheduler"], "step": state["step"]}
+            self.ranks.tell(("state", shared))
+            self.adopt(shared)
+        else:
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["rng"]["torch"])
         random.setstate(state["rng"]["python"])
         name, keys, *rest = state["rng"]["numpy"]
         np.random.set_state((name, np.asarray(keys, dtype=np.uint32), *rest))
         self.step = state["step"]
-        if self.ranks is not None and self.ranks.leader:
+        if self.ranks is not None and self.ranks.leader and not self.sharded:
             self.ranks.tell(("state", self.shared_state()))
         return state["extra"]
 
@@ -321,7 +340,23 @@ class PolicyTrainer:
                         "scheduler": self.scheduler.state_dict(), "step": self.step})
 
     def adopt(self, state: dict) -> None:
-        """Become the policy `shared_state` describes (a follower, after the leader loaded)."""
+        """Become the policy `shared_state` describes (a follower, after the leader loaded;
+        sharded, every rank, from the whole model's state)."""
+        if self.sharded:
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                set_model_state_dict,
+                set_optimizer_state_dict,
+            )
+
+            # strict=False: a tied LM head is not in the saved file, as one process saves it
+            options = StateDictOptions(full_state_dict=True, strict=False)
+            set_model_state_dict(self.model, state["weights"], options=options)
+            set_optimizer_state_dict(self.model, self.optimizer,
+                                     self._by_name(state["optimizer"]), options=options)
+            self.scheduler.load_state_dict(state["scheduler"])
+            self.step = state["step"]
+            return
         params = dict(self.model.named_parameters())
         with torch.no_grad():
             for name, value in state["weights"].items():
@@ -331,8 +366,59 @@ class PolicyTrainer:
         self.step = state["step"]
 
     def trainable_state(self) -> dict[str, torch.Tensor]:
-        """The trained weights (the adapter under PEFT), for comparing two runs."""
+        """The trained weights (the adapter under PEFT), for comparing two runs (sharded: the
+        whole weights on rank 0, empty elsewhere; a collective)."""
+        if self.sharded:
+            weights = self.full_state()[0]
+            return {n: weights[n] for n, p in self.model.named_parameters()
+                    if p.requires_grad and n in weights}
         return {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
+
+    def full_state(self) -> tuple[dict[str, torch.Tensor], dict]:
+        """The whole model's weights and optimizer state, keyed as one process keys them.
+        Sharded, this gathers every rank's shards: a collective the leader tells the followers
+        to join; rank 0 gets the state on the CPU, the others empty dicts."""
+        if not self.sharded:
+            return self.model.state_dict(), self.optimizer.state_dict()
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
+
+        if self.ranks.leader:
+            self.ranks.tell(("gather",))
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        weights = get_model_state_dict(self.model, options=options)
+        optimizer = get_optimizer_state_dict(self.model, self.optimizer, options=options)
+        if getattr(self.model.config, "tie_word_embeddings", False):
+            # gathered copies no longer share storage with the embedding, so save_pretrained
+            # would write the tied head as a weight of its own, unlike one process's save
+            head = self.model.get_output_embeddings()
+            for name, module in self.model.named_modules():
+                if module is head:
+                    weights.pop(f"{name}.weight", None)
+        return weights, _by_index(optimizer) if optimizer else {}
+
+    def _by_name(self, optimizer: dict) -> dict:
+        """`optimizer.state_dict()`'s numbering (parameters counted through the param groups
+        in order) as torch.distributed.checkpoint's parameter names (`_by_index` undone)."""
+        names = {id(p): n for n, p in self.model.named_parameters()}
+        order = [names[id(p)] for group in self.optimizer.param_groups for p in group["params"]]
+        return {"state": {order[i]: v for i, v in optimizer["state"].items()},
+                "param_groups": [{**g, "params": [order[i] for i in g["params"]]}
+                                 for g in optimizer["param_groups"]]}
+
+
+def _by_index(optimizer: dict) -> dict:
+    """A full optimizer state keyed by parameter names (torch.distributed.checkpoint's) keyed
+    as `optimizer.state_dict()` keys it in one process: so a sharded job's checkpoint is the
+    one a single process writes, and either resumes the other's."""
+    order = [name for group in optimizer["param_groups"] for name in group["params"]]
+    index = {name: i for i, name in enumerate(order)}
+    return {"state": {index[n]: v for n, v in optimizer["state"].items()},
+            "param_groups": [{**g, "params": [index[n] for n in g["params"]]}
+                             for g in optimizer["param_groups"]]}
 
 
 def _on_cpu(value):

@@ -4,10 +4,14 @@ compares with the same steps in one process (tests/learner/test_learner_distribu
     torchrun --standalone --nproc-per-node 2 -m testkit.ranked_steps OUT grpo bnpo ...
 
 Settings come from the environment (`settings_env`); rank 0 writes each loss type's trained
-weights to OUT/<loss_type>.pt, the other ranks follow it as in `tracetrain learner`."""
+weights to OUT/<loss_type>.pt, the other ranks follow it as in `tracetrain learner`. Rank 0 also
+writes what it holds of each parameter (OUT/<loss_type>.shards.json) and, for a
+`full_finetune` (sharded with FSDP), its checkpoint (OUT/<loss_type>-ckpt) and the weights of a
+new policy that resumed from it and trained the batches again (OUT/<loss_type>-resumed.pt)."""
 
 from __future__ import annotations
 
+import json
 import sys
 import tempfile
 from pathlib import Path
@@ -44,14 +48,28 @@ def train(policy: PolicyTrainer) -> dict[str, torch.Tensor]:
     return policy.trainable_state()
 
 
+def holdings(policy: PolicyTrainer) -> dict[str, list]:
+    """Each parameter's elements held here, its whole size, and how it is placed."""
+    return {n: [p.to_local().numel() if hasattr(p, "to_local") else p.numel(), p.numel(),
+                str(getattr(p, "placements", "whole"))]
+            for n, p in policy.model.named_parameters()}
+
+
 def main(out: Path, loss_types: list[str]) -> None:
     settings = get_settings()
     ranks = join(settings)
     for loss_type in loss_types:
         mine = with_loss(settings, loss_type)
         if ranks.leader:
-            work = Path(tempfile.mkdtemp()) / "trl"
-            torch.save(train(PolicyTrainer(mine, work, ranks)), out / f"{loss_type}.pt")
+            work = Path(tempfile.mkdtemp())
+            policy = PolicyTrainer(mine, work / "trl", ranks)
+            (out / f"{loss_type}.shards.json").write_text(json.dumps(holdings(policy)))
+            torch.save(train(policy), out / f"{loss_type}.pt")
+            if mine.learner.full_finetune:
+                policy.save(out / f"{loss_type}-ckpt", {})
+                resumed = PolicyTrainer(mine, work / "trl-resumed", ranks)
+                resumed.load(out / f"{loss_type}-ckpt")
+                torch.save(train(resumed), out / f"{loss_type}-resumed.pt")
             ranks.dismiss()
         else:
             follow(mine, ranks)

@@ -20,6 +20,8 @@ LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo"]
 LossNormalisation = Literal["rollout", "call"]
 # learner: the torch.distributed backend under torchrun (`auto`: nccl with CUDA, else gloo)
 DistBackend = Literal["auto", "gloo", "nccl"]
+# learner under torchrun: replicate the model (DDP) or shard it (FSDP); auto: fsdp for full_finetune
+DistStrategy = Literal["auto", "ddp", "fsdp"]
 # learner: a transition more than max_staleness versions behind
 StalenessPolicy = Literal["drop", "downweight"]
 # streams: how a rollout's rewards become each call's return

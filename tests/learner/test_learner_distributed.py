@@ -245,3 +245,65 @@ def _steps(policy: PolicyTrainer) -> tuple[dict[str, torch.Tensor], list[float]]
     losses = [policy.train_step(batch, BatchAdvantage().compute(batch), [1.0] * len(batch))["loss"]
               for batch in ranked_steps.batches()]
     return policy.trainable_state(), losses
+
+
+def _full(settings):
+    # a collective that ranks miss fails in a minute, not in the default five
+    return settings.model_copy(update={"learner": settings.learner.model_copy(
+        update={"full_finetune": True, "collective_timeout_s": 60})})
+
+
+def test_full_finetune_is_sharded_with_fsdp_and_takes_the_one_process_step(
+        torchrun, tiny_model_dir, tmp_path):
+    """A full fine-tune on 2 ranks (`dist_strategy` auto: FSDP2) holds half of every weight
+    per rank, trains the weights one process trains, checkpoints the whole model as one
+    process does, and resumes from it (weights and Adam state). The same TOLERANCE as DDP's,
+    for the same reason: only the order the gradient is summed in differs (a reduce-scatter
+    instead of an all-reduce), which Adam amplifies near eps; every weight matrix moves."""
+    settings = _full(load_settings(home=tmp_path).model_copy(
+        update={"base_model": str(tiny_model_dir)}))
+    job = torchrun(settings, 2, str(tmp_path), "grpo", module="testkit.ranked_steps")
+    assert job.wait(600) == 0, job.log.read_text()[-6000:]
+
+    held = json.loads((tmp_path / "grpo.shards.json").read_text())
+    for name, (local, whole, placement) in held.items():
+        assert placement == "(Shard(dim=0),)", (name, placement)  # DDP: "whole"
+        assert local <= -(-whole // 2), (name, local, whole)
+    assert sum(h[0] for h in held.values()) * 2 == pytest.approx(
+        sum(h[1] for h in held.values()), rel=0.01)
+
+    mine = ranked_steps.with_loss(settings, "grpo")
+    one = PolicyTrainer(mine, tmp_path / "one")
+    trained = ranked_steps.train(one)
+    initial = load_file(tiny_model_dir / "model.safetensors")
+    assert min(float((trained[k] - initial[k]).abs().max()) for k in trained) > 10 * TOLERANCE
+    two = torch.load(tmp_path / "grpo.pt")
+    assert _diff(trained, two) < TOLERANCE, _diff(trained, two)
+
+    # rank 0's checkpoint is one process's: the whole model, the optimizer numbered alike
+    saved = load_file(tmp_path / "grpo-ckpt" / "model" / "model.safetensors")
+    one.save(tmp_path / "one-ckpt", {})
+    alone = load_file(tmp_path / "one-ckpt" / "model" / "model.safetensors")
+    assert _diff(alone, saved) < TOLERANCE
+    states = [torch.load(d / "trainer_state.pt", weights_only=True)["optimizer"]
+              for d in (tmp_path / "one-ckpt", tmp_path / "grpo-ckpt")]
+    assert states[0]["param_groups"] == states[1]["param_groups"]
+    assert _diff({k: v["exp_avg_sq"] for k, v in states[0]["state"].items()},
+                 {k: v["exp_avg_sq"] for k, v in states[1]["state"].items()}) < TOLERANCE
+    # a resumed sharded job trains on as one process resumed from the same checkpoint
+    resumed = PolicyTrainer(mine, tmp_path / "one-resumed")
+    resumed.load(tmp_path / "grpo-ckpt")
+    again = ranked_steps.train(resumed)
+    assert _diff(again, trained) > 10 * TOLERANCE  # it trained on
+    assert _diff(again, torch.load(tmp_path / "grpo-resumed.pt")) < TOLERANCE
+
+
+def test_fsdp_without_full_finetune_is_refused(tmp_path):
+    settings = load_settings(home=tmp_path)
+    with pytest.raises(ValueError, match="dist_strategy 'fsdp' with learner.full_finetune false"):
+        settings.learner.model_validate({**settings.learner.model_dump(), "dist_strategy": "fsdp"})
+    with pytest.raises(ValueError, match="'auto', 'ddp' or 'fsdp'"):
+        settings.learner.model_validate({**settings.learner.model_dump(), "dist_strategy": "zero"})
+    assert settings.learner.model_validate(
+        {**settings.learner.model_dump(), "full_finetune": True}).sharded
+    assert not settings.learner.sharded

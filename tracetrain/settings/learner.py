@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from tracetrain.modes import (
     AdvantageMode,
     DistBackend,
+    DistStrategy,
     LearnerMode,
     LossNormalisation,
     LossType,
@@ -75,6 +76,12 @@ class LearnerSettings(BaseModel):
         "auto", description="torch.distributed backend of the training collectives: `auto` "
         "is nccl where CUDA is, gloo on CPUs."
     )
+    dist_strategy: DistStrategy = Field(
+        "auto", description="How the ranks hold the model: `ddp` a whole copy on each (LoRA: "
+        "the base is frozen, the adapter small); `fsdp` a 1/N shard of the weights, gradients "
+        "and optimizer state on each (FSDP2), for a `full_finetune` whose Adam state (3x the "
+        "weights) does not fit one device. `auto`: fsdp for full_finetune, else ddp."
+    )
     collective_timeout_s: float = Field(
         300.0, gt=0, description="A gradient all-reduce (or DDP's set-up) that waits this long "
         "for a rank fails, ending the job: a rank that hangs or whose host vanished. Generous: "
@@ -88,3 +95,16 @@ class LearnerSettings(BaseModel):
     )
     dedupe_window: int = Field(200_000, ge=1, description="Transition ids remembered for dedupe.")
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _fsdp_trains_whole_models(self):
+        if self.dist_strategy == "fsdp" and not self.full_finetune:
+            raise ValueError("learner.dist_strategy 'fsdp' with learner.full_finetune false: "
+                             "expected full_finetune true (a LoRA adapter is small: its ranks "
+                             "run ddp, or `auto`)")
+        return self
+
+    @property
+    def sharded(self) -> bool:
+        """Whether ranks under torchrun shard the model (FSDP) rather than copy it (DDP)."""
+        return self.dist_strategy == "fsdp" or (self.dist_strategy == "auto" and self.full_finetune)
