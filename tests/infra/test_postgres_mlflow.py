@@ -49,7 +49,7 @@ def test_runs_and_the_registry_live_in_postgres_across_restarts(postgres_mlflow,
     for _ in range(2):
         client.create_model_version("pg-model", source=f"runs:/{run.info.run_id}/adapter",
                                     run_id=run.info.run_id)
-    client.set_registered_model_alias("pg-model", "latest", "2")
+    client.set_registered_model_alias("pg-model", "serving", "2")
     # What MLflow wrote is in PostgreSQL's tables (not a SQLite file of the state folder).
     with psycopg2.connect(pg.uri()) as conn, conn.cursor() as cur:
         cur.execute("SELECT version FROM model_versions WHERE name = 'pg-model' ORDER BY version")
@@ -59,7 +59,7 @@ def test_runs_and_the_registry_live_in_postgres_across_restarts(postgres_mlflow,
     _stop(home)
     assert not processes.port_in_use(pg.host, pg.port)
     _start(home, pg, mlflow)  # the cluster exists: no initdb, the same data
-    assert client.get_model_version_by_alias("pg-model", "latest").version == "2"
+    assert client.get_model_version_by_alias("pg-model", "serving").version == "2"
     assert client.get_run(run.info.run_id).data.params == {"lr": "0.001"}
 
 
