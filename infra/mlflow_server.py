@@ -1,5 +1,7 @@
-"""The local MLflow tracking server and model registry: `mlflow server` with a SQLite backend
-and artifacts served from the state folder (`$TRACETRAIN_HOME/mlflow/`)."""
+"""The local MLflow tracking server and model registry: `mlflow server` with artifacts served
+from the state folder (`$TRACETRAIN_HOME/mlflow/`) and its runs and registry in
+`mlflow.backend_store_uri` (PostgreSQL in the production profile, infra/postgres.py), or
+SQLite under the state folder when that is unset."""
 
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ def start(home: Path, mlflow: MlflowSettings) -> processes.ProcessRecord:
     argv = [
         _mlflow_bin(), "server",
         "--host", mlflow.host, "--port", str(mlflow.port),
-        "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
+        "--backend-store-uri", mlflow.backend_store_uri or f"sqlite:///{root / 'mlflow.db'}",
         "--artifacts-destination", str(root / "artifacts"),
         "--serve-artifacts",
         "--workers", "1",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shutil
 
-from infra import mlflow_server, processes, services, topics
+from infra import mlflow_server, postgres, processes, services, topics
 from infra.kafka import broker
 from learner.service import LEARNER
 from producers.service import GATEWAY
@@ -72,15 +72,20 @@ def down(settings: Settings, wipe: bool = False) -> list[str]:
     be the one that was started, before any signal)."""
     home = settings.home_dir
     stopped = []
-    # Stage processes first (they talk to Kafka and MLflow), then MLflow, then the brokers.
+    # Stage processes first (they talk to Kafka and MLflow), then MLflow, then its database,
+    # then the brokers.
+    platform = (mlflow_server.NAME, postgres.NAME)
     for record in processes.records(home):
-        if not record.name.startswith("kafka-") and record.name != mlflow_server.NAME:
+        if not record.name.startswith("kafka-") and record.name not in platform:
             if processes.stop(home, record.name):
                 stopped.append(record.name)
     if mlflow_server.stop(home):
         stopped.append(mlflow_server.NAME)
+    if postgres.stop(home):
+        stopped.append(postgres.NAME)
     stopped += broker.stop(home)
     if wipe:
         shutil.rmtree(home / "kafka", ignore_errors=True)
         shutil.rmtree(home / "mlflow", ignore_errors=True)
+        postgres.wipe(home)
     return stopped

@@ -31,6 +31,8 @@ FIXTURE_MARKERS: dict[str, tuple[str, ...]] = {
     "kafka_home": ("integration",),
     # the MLflow server process
     "mlflow_server": ("mlflow",),
+    # a PostgreSQL server and an MLflow server on it
+    "postgres_mlflow": ("mlflow",),
     # the default model (converted once, then loaded by whoever asks for it)
     "base_model_dir": ("model",),
     # fixtures that spawn a stage's process (engine, streams worker, a whole stack)

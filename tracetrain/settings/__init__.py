@@ -31,6 +31,7 @@ from tracetrain.errors import ConfigError
 from tracetrain.settings.infra import (
     KafkaSettings,
     MlflowSettings,
+    PostgresSettings,
     SchemaRegistrySettings,
     TopicSettings,
 )
@@ -64,6 +65,7 @@ class Settings(BaseSettings):
     kafka: KafkaSettings = KafkaSettings()
     topics: TopicSettings = TopicSettings()
     mlflow: MlflowSettings = MlflowSettings()
+    postgres: PostgresSettings = PostgresSettings()
     schema_registry: SchemaRegistrySettings = SchemaRegistrySettings()
     rewards: RewardSettings = RewardSettings()
     publisher: PublisherSettings = PublisherSettings()

@@ -74,6 +74,10 @@ class MlflowSettings(BaseModel):
     tracking_uri: str | None = Field(
         None, description="An existing MLflow server; unset means the local one `up` starts."
     )
+    backend_store_uri: str | None = Field(
+        None, description="Where the local server keeps runs and the registry (postgresql://...); "
+        "unset: SQLite under the state folder, or the local PostgreSQL when `up` starts one."
+    )
     experiment: str = "tracetrain"
     registered_model: str = "tracetrain-policy"
     # mlflow server imports a lot: ~20 s idle, minutes on a loaded 2-core machine.
@@ -82,6 +86,27 @@ class MlflowSettings(BaseModel):
     @property
     def uri(self) -> str:
         return self.tracking_uri or f"http://{self.host}:{self.port}"
+
+
+class PostgresSettings(BaseModel):
+    """The local PostgreSQL server (Debian's `postgresql` package) that `up --profile
+    production` runs MLflow on."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(5432, ge=1, le=65535)
+    user: str = Field("tracetrain", description="Superuser initdb creates (trust on loopback).")
+    database: str = Field("mlflow", description="The database MLflow's backend store uses.")
+    start_timeout_s: float = Field(60.0, gt=0)
+
+    def uri(self, database: str | None = None) -> str:
+        """libpq's URI (psycopg2.connect, psql)."""
+        return f"postgresql://{self.user}@{self.host}:{self.port}/{database or self.database}"
+
+    @property
+    def store_uri(self) -> str:
+        """MLflow's backend store URI: SQLAlchemy 2.1 takes a bare postgresql:// for psycopg 3,
+        so the driver installed (psycopg2-binary) is named."""
+        return self.uri().replace("postgresql://", "postgresql+psycopg2://", 1)
 
 
 class SchemaRegistrySettings(BaseModel):
