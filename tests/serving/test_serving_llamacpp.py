@@ -118,7 +118,10 @@ def test_served_adapter_gives_the_logprobs_peft_computes(base_model_dir, tmp_pat
     logprobs = torch.log_softmax(logits[len(prompt) - 1:-1], -1)
     expected = logprobs.gather(1, torch.tensor(tokens)[:, None])[:, 0].tolist()
     gaps = [abs(a - b) for a, b in zip(served, expected, strict=True)]
-    assert max(gaps) < 0.03, gaps
+    # llama-server keeps its KV cache in f16, so even the right permutation differs from
+    # PEFT's f32 by up to ~0.03 (0.0302 in a clean-clone run of 2026-12-06); a wrong one moves
+    # the tokens' logprobs by as much as the adapter itself does (> 0.3, asserted below).
+    assert max(gaps) < 0.06, gaps
     # ... and the adapter matters: without it these tokens score differently
     without = torch.log_softmax(plain[len(prompt) - 1:-1], -1).gather(
         1, torch.tensor(tokens)[:, None])[:, 0].tolist()
