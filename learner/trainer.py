@@ -201,7 +201,8 @@ class PolicyTrainer:
                              device=self.device)
         part = {k: v[index] if v.dim() and v.size(0) == rows else v for k, v in inputs.items()}
         part["completion_mask"][stop - start:] = 0
-        scale = self._share(inputs, rows, width, start, stop) * self.ranks.world
+        scale = self._share(inputs, start, stop, width,
+                            self.trl.accelerator.num_processes) * self.ranks.world
         # FSDP2 averages the reduce-scattered gradients over the ranks as DDP does.
         loss, metrics = self._accumulated_loss(part, scale, self.ddp or self.model)
         return self.ranks.total(loss) / self.ranks.world, metrics
@@ -210,7 +211,7 @@ class PolicyTrainer:
                           ) -> tuple[torch.Tensor, dict[str, float]]:
         """`rl_loss` of `inputs` times `scale`, its backward taken, in parts of at most
         `learner.max_step_tokens` padded tokens (at least one row each): each part's loss is
-        weighted by its `_part_share`, so the accumulated gradient is the one of a single pass,
+        weighted by its `_share`, so the accumulated gradient is the one of a single pass,
         at a part's memory. Under DDP only the last part's backward all-reduces, and every
         rank splits its equal-sized rows alike, so the ranks meet in the same collectives.
         Returns the (detached) scaled loss and the parts' metrics averaged by response tokens."""
@@ -228,7 +229,7 @@ class PolicyTrainer:
             with sync:
                 loss, metrics = rl_loss(self.trl, self.model, part, self.learner.tis_cap,
                                         forward=forward, rescore=self.sharded)
-                scaled = loss * (self._part_share(inputs, a, b) * scale)
+                scaled = loss * (self._share(inputs, a, b) * scale)
                 scaled.backward()
             total += scaled.detach()
             weight = float(part["completion_mask"].sum() / tokens)
@@ -237,29 +238,21 @@ class PolicyTrainer:
                                else merged.get(key, 0.0) + value * weight)
         return total, merged
 
-    def _part_share(self, inputs: dict, start: int, stop: int) -> float:
-        """The weight of rows [start, stop)'s loss in the loss of all of `inputs`, as TRL
-        normalises it (parts of one process, where `_share` is the ranks' split)."""
-        loss_type = self.learner.loss_type
-        if loss_type in ("dapo", "cispo"):
-            return 1.0  # sums over tokens / the batch's tokens (`num_items_in_batch`, whole)
-        if loss_type == "bnpo":
-            mask = inputs["completion_mask"]
-            return float(mask[start:stop].sum() / mask.sum().clamp(min=1))
-        return (stop - start) / inputs["advantages"].size(0)
-
-    def _share(self, inputs: dict, rows: int, width: int, start: int, stop: int) -> float:
-        """The weight in the batch's loss of this rank's loss over `width` rows, the real ones
-        [start, stop), as TRL normalises it."""
+    def _share(self, inputs: dict, start: int, stop: int, width: int | None = None,
+               processes: int = 1) -> float:
+        """The weight, in the loss of all of `inputs` as TRL normalises it, of the loss over
+        rows [start, stop): a part of one process, or a rank's rows padded to `width` under
+        `processes` ranks."""
         loss_type = self.learner.loss_type
         if loss_type in ("dapo", "cispo"):
             # a sum over tokens / the batch's tokens (`num_items_in_batch`, kept whole) that TRL
             # multiplies by its process count, expecting DDP's average
-            return 1.0 / self.trl.accelerator.num_processes
+            return 1.0 / processes
         if loss_type == "bnpo":  # a mean over the response tokens
             mask = inputs["completion_mask"]
-            return float(mask[start:stop].sum() / mask.sum())
-        return width / rows  # grpo, sapo, dr_grpo: a mean over rows
+            return float(mask[start:stop].sum() / mask.sum().clamp(min=1))
+        # grpo, sapo, dr_grpo: a mean over rows (a rank's padding rows count, weighing nothing)
+        return (width or stop - start) / inputs["advantages"].size(0)
 
     def probe_loss(self) -> float:
         """Mean next-token loss of the policy on PROBE_TEXTS (no gradient): NaN or infinite
