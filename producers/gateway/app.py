@@ -44,7 +44,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from producers.errors import RecordTooLarge
 from producers.gateway import capture, upstreams
-from producers.gateway.guard import check_auth, read_json_body, validate_call
+from producers.gateway.guard import check_auth, choices_asked, read_json_body, validate_call
 from producers.gateway.ids import BadIdHeader, CallIds, call_ids
 from producers.gateway.otlp import add_otlp_routes
 from producers.gateway.pool import Pool
@@ -239,15 +239,20 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
         # Refuse now (413, 503) what could not be recorded, not after the upstream worked.
         state["pub"].admit(settings.topics.spans, capture.request_bytes(kind, body))
         stream = bool(body.get("stream"))
-        span_id, start = new_id(8), time.time_ns()
-        out_headers = {"x-rollout-id": ids.rollout_id, "x-span-id": span_id}
+        # One span per choice; the client learns their ids (to reward a choice) before any byte
+        # of a stream, so they are drawn now.
+        span_ids, start = [new_id(8) for _ in range(choices_asked(body))], time.time_ns()
+        out_headers = {"x-rollout-id": ids.rollout_id, "x-span-id": span_ids[0]}
+        if len(span_ids) > 1:
+            out_headers["x-span-ids"] = ",".join(span_ids)
         attempt = upstreams.call_attempt(state["http"], kind, path, body, gw.request_token_ids,
                                          stream)
         try:
             # NoHealthyEngine (every engine out) is a Backpressure: 503, nothing recorded.
             sent = await upstreams.send(pool, ids.rollout_id, attempt, gw.versions_refresh_s)
         except upstreams.Unreachable as exc:
-            _record(ids, span_id, start, kind, body, None, None, 502, str(exc), exc.engine.url)
+            _record(ids, span_ids, start, kind, body, None, None, 502, str(exc),
+                    exc.engine.url)
             calls.labels(kind, "5xx").inc()
             return JSONResponse({"error": {"message": str(exc), "type": "upstream_error"}},
                                 status_code=502, headers=out_headers)
@@ -272,11 +277,11 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
             error = None if resp.status_code < 400 else resp.text[:2000]
             if resp.status_code < 400 and not isinstance(parsed, dict):
                 error = f"upstream returned a non-JSON body: {resp.text[:200]!r}"
-            _record(ids, span_id, start, kind, body, parsed, policy_header, resp.status_code,
+            _record(ids, span_ids, start, kind, body, parsed, policy_header, resp.status_code,
                     error, engine.url)
             return Response(resp.content, status_code=resp.status_code, headers=headers)
 
-        assembler = capture.StreamAssembler(kind)
+        assembler = capture.StreamAssembler(kind, len(span_ids))
         outcome = ["cancelled"]  # until the upstream's stream ends ("ok") or breaks ("broken")
         recorded: list[str] = []
 
@@ -287,7 +292,7 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
                 if outcome[0] == "cancelled" and assembler.complete:
                     outcome[0] = "ok"
                 recorded.append(outcome[0])
-                _stream_ended(ids, span_id, start, kind, body, assembler, policy_header,
+                _stream_ended(ids, span_ids, start, kind, body, assembler, policy_header,
                               resp.status_code, outcome[0], engine.url)
 
         async def close() -> None:
@@ -323,26 +328,36 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
 
         return _Relay(relay(), close, status_code=resp.status_code, headers=headers)
 
-    def _stream_ended(ids: CallIds, span_id: str, start: int, kind: str, body: dict,
+    def _stream_ended(ids: CallIds, span_ids: list[str], start: int, kind: str, body: dict,
                       assembler: capture.StreamAssembler, policy_header: str | None,
                       status: int, outcome: str, upstream: str) -> None:
         latency.labels(kind).observe((time.time_ns() - start) / 1e9)
         calls.labels(kind, "2xx" if outcome == "ok" else outcome).inc()
         if outcome == "cancelled":
-            _record(ids, span_id, start, kind, body, assembler.response(), policy_header, status,
+            _record(ids, span_ids, start, kind, body, assembler.response(), policy_header, status,
                     "the client went away before the stream ended "
                     f"(after {assembler.bytes} bytes)", upstream, span_status="cancelled")
         else:
-            _record(ids, span_id, start, kind, body, assembler.response(), policy_header, status,
+            _record(ids, span_ids, start, kind, body, assembler.response(), policy_header, status,
                     assembler.error, upstream)
 
-    def _record(ids: CallIds, span_id: str, start: int, kind: str, body: dict,
+    def _record(ids: CallIds, span_ids: list[str], start: int, kind: str, body: dict,
                 resp, policy_header: str | None, status: int, error: str | None,
                 upstream: str, span_status: str | None = None) -> None:
-        """Record the call's span; never raises (the agent gets the upstream's answer)."""
+        """Record the call's spans, one per choice; never raises (the agent gets the upstream's
+        answer)."""
+        resp = resp if isinstance(resp, dict) else {}
+        count = capture.choice_count(resp)
+        span_ids = span_ids + [new_id(8) for _ in range(count - len(span_ids))]
+        for index in range(count):
+            _record_choice(ids, span_ids[index], start, kind, body, resp, index, policy_header,
+                           status, error, upstream, span_status)
+
+    def _record_choice(ids: CallIds, span_id: str, start: int, kind: str, body: dict,
+                       resp: dict, index: int, policy_header: str | None, status: int,
+                       error: str | None, upstream: str, span_status: str | None) -> None:
         try:
-            llm, attrs = capture.llm_from_response(
-                kind, body, resp if isinstance(resp, dict) else {}, policy_header)
+            llm, attrs = capture.llm_from_response(kind, body, resp, policy_header, index)
         # An answer shaped unlike OpenAI's (usage a list, logprobs that are not numbers):
         # the call is still recorded, as an error naming what could not be read.
         except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:

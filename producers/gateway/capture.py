@@ -8,8 +8,11 @@ logprobs are `choices[i].logprobs.content[j].logprob` (chat) or
 from the response's `model` when it is the versioned name of the requested one (`policy-v12`
 for `policy`: vLLM, see producers/gateway/versions.py); the span's model is the requested name. A stream is assembled chunk
 by chunk into the same shape as a non-streamed response, so one function records both; a
-stream is complete once it sent `[DONE]` or a finish reason, and an event that is not an
-OpenAI chunk is an error of the span, never an exception in the relay.
+stream is complete once it sent `[DONE]` or every choice its finish reason, and an event that
+is not an OpenAI chunk is an error of the span, never an exception in the relay.
+
+A call with `n > 1` answers several choices of one prompt: each is recorded (one span each,
+`llm_from_response(..., index=i)`), as a sampled answer the policy gave, trainable like any.
 """
 
 from __future__ import annotations
@@ -88,11 +91,18 @@ def _logprobs(kind: str, choice: dict) -> list[float]:
     return [float(x) for x in (lp.get("token_logprobs") or []) if x is not None]
 
 
-def llm_from_response(kind: str, request: dict, resp: dict,
-                      policy_header: str | None) -> tuple[dict, dict[str, str]]:
-    """The Span's LLM part and extra attributes of one upstream response (choice 0)."""
+def choice_count(resp: dict) -> int:
+    """How many choices the response holds (at least 1: an answer without any is recorded as
+    one call, with what it has)."""
+    choices = resp.get("choices")
+    return max(1, len(choices)) if isinstance(choices, list) else 1
+
+
+def llm_from_response(kind: str, request: dict, resp: dict, policy_header: str | None,
+                      index: int = 0) -> tuple[dict, dict[str, str]]:
+    """The Span's LLM part and extra attributes of one upstream response's choice `index`."""
     choices = resp.get("choices") or [{}]
-    choice = choices[0] if isinstance(choices[0], dict) else {}
+    choice = choices[index] if isinstance(choices[index], dict) else {}
     attrs: dict[str, str] = {}
     if kind == "chat":
         message = choice.get("message") or {}
@@ -106,6 +116,7 @@ def llm_from_response(kind: str, request: dict, resp: dict,
         attrs["tools"] = json.dumps(request["tools"])
     if len(choices) > 1:
         attrs["choices"] = str(len(choices))
+        attrs["choice_index"] = str(index)
     prompt_ids = resp.get("prompt_token_ids") or choice.get("prompt_token_ids") or []
     usage = resp.get("usage") or {}
     model = str(resp.get("model") or request.get("model") or "")
@@ -127,27 +138,75 @@ def llm_from_response(kind: str, request: dict, resp: dict,
     return llm, attrs
 
 
-class StreamAssembler:
-    """Collects an SSE stream (`data: {...}` lines) into one non-streamed-shaped response."""
+class _ChoiceStream:
+    """One choice's pieces as its chunks arrive."""
 
-    def __init__(self, kind: str):
-        self.kind = kind
-        self._buf = b""
-        self.resp: dict[str, Any] = {}
+    def __init__(self):
         self.text: list[str] = []
         self.token_ids: list[int] = []
         self.logprobs: list[dict] = []
         self.token_logprobs: list[float] = []
         self.tool_calls: dict[int, dict] = {}
+        self.prompt_token_ids: list[int] | None = None
         self.finish_reason: str | None = None
+
+    def add(self, kind: str, choice: dict) -> None:
+        if kind == "chat":
+            delta = choice.get("delta") or {}
+            self.text.append(delta.get("content") or "")
+            for call in delta.get("tool_calls") or []:
+                slot = self.tool_calls.setdefault(call.get("index", 0), {
+                    "id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+                slot["id"] = call.get("id") or slot["id"]
+                fn = call.get("function") or {}
+                slot["function"]["name"] += fn.get("name") or ""
+                slot["function"]["arguments"] += fn.get("arguments") or ""
+            self.logprobs += (choice.get("logprobs") or {}).get("content") or []
+        else:
+            self.text.append(choice.get("text") or "")
+            self.token_logprobs += (choice.get("logprobs") or {}).get("token_logprobs") or []
+        if choice.get("prompt_token_ids"):
+            self.prompt_token_ids = choice["prompt_token_ids"]
+        self.token_ids += choice.get("token_ids") or []
+        self.finish_reason = choice.get("finish_reason") or self.finish_reason
+
+    def response(self, kind: str, index: int) -> dict:
+        choice: dict[str, Any] = {"index": index, "token_ids": self.token_ids,
+                                  "finish_reason": self.finish_reason}
+        if self.prompt_token_ids is not None:
+            choice["prompt_token_ids"] = self.prompt_token_ids
+        if kind == "chat":
+            message: dict[str, Any] = {"role": "assistant", "content": "".join(self.text)}
+            if self.tool_calls:
+                message["tool_calls"] = [self.tool_calls[i] for i in sorted(self.tool_calls)]
+            choice["message"] = message
+            choice["logprobs"] = {"content": self.logprobs}
+        else:
+            choice["text"] = "".join(self.text)
+            choice["logprobs"] = {"token_logprobs": self.token_logprobs}
+        return choice
+
+
+class StreamAssembler:
+    """Collects an SSE stream (`data: {...}` lines) into one non-streamed-shaped response,
+    every choice of it (`n` is how many the request asked for)."""
+
+    def __init__(self, kind: str, n: int = 1):
+        self.kind = kind
+        self.n = n
+        self._buf = b""
+        self.resp: dict[str, Any] = {}
+        self.choices: dict[int, _ChoiceStream] = {}
         self.error: str | None = None
         self.done = False  # `data: [DONE]` seen
         self.bytes = 0
 
     @property
     def complete(self) -> bool:
-        """The upstream said the stream is over ([DONE], or a finish reason)."""
-        return self.done or self.finish_reason is not None
+        """The upstream said the stream is over: [DONE], or a finish reason for each choice
+        asked for."""
+        finished = sum(c.finish_reason is not None for c in self.choices.values())
+        return self.done or finished >= self.n
 
     def feed(self, chunk: bytes) -> None:
         self.bytes += len(chunk)
@@ -175,39 +234,15 @@ class StreamAssembler:
             if event.get(key) is not None:
                 self.resp[key] = event[key]
         for choice in event.get("choices") or []:
-            if choice.get("index", 0) != 0:
-                continue
-            if self.kind == "chat":
-                delta = choice.get("delta") or {}
-                self.text.append(delta.get("content") or "")
-                for call in delta.get("tool_calls") or []:
-                    slot = self.tool_calls.setdefault(call.get("index", 0), {
-                        "id": None, "type": "function", "function": {"name": "", "arguments": ""}})
-                    slot["id"] = call.get("id") or slot["id"]
-                    fn = call.get("function") or {}
-                    slot["function"]["name"] += fn.get("name") or ""
-                    slot["function"]["arguments"] += fn.get("arguments") or ""
-                self.logprobs += (choice.get("logprobs") or {}).get("content") or []
-            else:
-                self.text.append(choice.get("text") or "")
-                self.token_logprobs += (choice.get("logprobs") or {}).get("token_logprobs") or []
-            if choice.get("prompt_token_ids"):
-                self.resp["prompt_token_ids"] = choice["prompt_token_ids"]
-            self.token_ids += choice.get("token_ids") or []
-            self.finish_reason = choice.get("finish_reason") or self.finish_reason
+            index = choice.get("index", 0)
+            if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+                raise TypeError(f"choice index {index!r}")
+            self.choices.setdefault(index, _ChoiceStream()).add(self.kind, choice)
 
     def response(self) -> dict:
-        choice: dict[str, Any] = {"token_ids": self.token_ids, "finish_reason": self.finish_reason}
-        if self.kind == "chat":
-            message: dict[str, Any] = {"role": "assistant", "content": "".join(self.text)}
-            if self.tool_calls:
-                message["tool_calls"] = [self.tool_calls[i] for i in sorted(self.tool_calls)]
-            choice["message"] = message
-            choice["logprobs"] = {"content": self.logprobs}
-        else:
-            choice["text"] = "".join(self.text)
-            choice["logprobs"] = {"token_logprobs": self.token_logprobs}
-        return {**self.resp, "choices": [choice]}
+        indexes = sorted(self.choices) or [0]
+        return {**self.resp, "choices": [self.choices.get(i, _ChoiceStream()).response(
+            self.kind, i) for i in indexes]}
 
 
 def error_event(message: str) -> bytes:

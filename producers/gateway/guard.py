@@ -91,6 +91,15 @@ def _expect(cond: bool, param: str, expected: str, got) -> None:
         raise BadRequest(f"'{param}' must be {expected}, got {shown}", status=422, param=param)
 
 
+# Each choice of a call is a span of its own: OpenAI's own bound on `n`.
+MAX_CHOICES = 128
+
+
+def choices_asked(body: dict) -> int:
+    """The choices a validated call asks for (`n`, 1 when absent)."""
+    return body.get("n") or 1
+
+
 def validate_call(kind: str, body) -> None:
     """Enough checking to record a call faithfully; the upstream checks the rest."""
     _expect(isinstance(body, dict), "body", "a JSON object", body)
@@ -98,6 +107,10 @@ def validate_call(kind: str, body) -> None:
             "a non-empty string", body.get("model"))
     if "stream" in body:
         _expect(isinstance(body["stream"], bool), "stream", "true or false", body["stream"])
+    if body.get("n") is not None:
+        n = body["n"]
+        _expect(isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_CHOICES, "n",
+                f"an integer from 1 to {MAX_CHOICES}", n)
     if kind == "chat":
         msgs = body.get("messages")
         _expect(isinstance(msgs, list) and len(msgs) > 0, "messages", "a non-empty array", msgs)

@@ -138,24 +138,31 @@ def build_app(policy: Policy, settings: EngineSettings, base_name: str, *, load_
              "root": upstreams.current.path or str(policy.model_dir), "max_model_len": context,
              "policy_version": upstreams.current.policy_version} for name in sorted(names)]}
 
-    async def _run(request: Request, req: GenRequest) -> GenResult:
-        result = await unless_disconnected(request, upstreams.generate(req))
-        metrics.finished(req, result)
-        return result
+    async def _run(request: Request, reqs: list[GenRequest]) -> list[GenResult]:
+        results = await unless_disconnected(request, upstreams.generate_all(reqs))
+        for req, result in zip(reqs, results, strict=True):
+            metrics.finished(req, result)
+        return results
 
-    def _stream(req: GenRequest, make_chunk, final_chunk) -> StreamingResponse:
+    def _stream(reqs: list[GenRequest], make_chunk, final_chunk) -> StreamingResponse:
+        """Chunks of every choice as they come; a choice's last chunk carries its finish reason,
+        and the one that ends the call also the usage of all (`final_chunk(i, result, all)`)."""
         async def body():
-            result = GenResult()
+            ended: dict[int, GenResult] = {}
             try:
-                async for text, ids, result in upstreams.stream(req):
-                    if (text or ids):
-                        yield f"data: {json.dumps(make_chunk(text, ids, result))}\n\n"
+                async for index, text, ids, result in upstreams.stream_all(reqs):
+                    if text is None:
+                        ended[index] = result
+                        metrics.finished(reqs[index], result)
+                        every = [ended[i] for i in sorted(ended)] if len(ended) == len(reqs) \
+                            else None
+                        yield f"data: {json.dumps(final_chunk(index, result, every))}\n\n"
+                    elif text or ids:
+                        yield f"data: {json.dumps(make_chunk(index, text, ids, result))}\n\n"
             except UpstreamError as exc:
                 error = {"error": {"message": str(exc), "type": "upstream_error", "code": 502}}
                 yield f"data: {json.dumps(error)}\n\n"
                 return
-            metrics.finished(req, result)
-            yield f"data: {json.dumps(final_chunk(result))}\n\n"
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(body(), media_type="text/event-stream",
@@ -171,38 +178,42 @@ def build_app(policy: Policy, settings: EngineSettings, base_name: str, *, load_
         tools = body.get("tools") or None
         tool_choice = body.get("tool_choice")
         prompt_ids = chat_prompt_ids(tokenizer, messages, tools, tool_choice)
-        req = shape.sampling(body, prompt_ids, context, settings.default_max_tokens)
+        reqs = shape.choices(
+            body, shape.sampling(body, prompt_ids, context, settings.default_max_tokens),
+            gate.limit)
         want_logprobs = body.get("logprobs") is not False
         if body.get("stream") and not tools:
             cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
 
-            def chunk(delta: str, ids: list[int], result: GenResult, finish=None,
+            def chunk(index: int, delta: str, ids: list[int], result: GenResult, finish=None,
                       extra=None) -> dict:
                 return {"id": cid, "object": "chat.completion.chunk", "created": created,
                         "model": model, "policy_version": result.policy_version,
-                        "choices": [{"index": 0, "delta": {"role": "assistant", "content": delta},
+                        "choices": [{"index": index,
+                                     "delta": {"role": "assistant", "content": delta},
                                      "finish_reason": finish, "token_ids": ids,
                                      "logprobs": None}], **(extra or {})}
 
-            def final(result: GenResult) -> dict:
-                return chunk("", [], result, result.finish_reason,
-                             {"usage": shape.usage(prompt_ids, result),
-                              "prompt_token_ids": prompt_ids})
+            def final(index: int, result: GenResult, every: list[GenResult] | None) -> dict:
+                extra = {"usage": shape.usage(prompt_ids, every),
+                         "prompt_token_ids": prompt_ids} if every else None
+                return chunk(index, "", [], result, result.finish_reason, extra)
 
-            return _stream(req, chunk, final)
-        result = await _run(request, req)
-        message: dict[str, Any] = {"role": "assistant", "content": result.text}
-        finish = result.finish_reason
-        if tools and tool_choice != "none":
-            content, calls = parse_tool_calls(result.text)
-            if calls:
-                message = {"role": "assistant", "content": content, "tool_calls": calls}
-                finish = "tool_calls"
-        payload = shape.chat_response(tokenizer, model, prompt_ids, result, message, finish,
-                                      want_logprobs)
-        if body.get("stream"):  # tools + stream: the parsed answer as one chunk
+            return _stream(reqs, chunk, final)
+        answers = []
+        for result in await _run(request, reqs):
+            message: dict[str, Any] = {"role": "assistant", "content": result.text}
+            finish = result.finish_reason
+            if tools and tool_choice != "none":
+                content, calls = parse_tool_calls(result.text)
+                if calls:
+                    message = {"role": "assistant", "content": content, "tool_calls": calls}
+                    finish = "tool_calls"
+            answers.append((result, message, finish))
+        payload = shape.chat_response(tokenizer, model, prompt_ids, answers, want_logprobs)
+        if body.get("stream"):  # tools + stream: the parsed answers as one chunk each
             return _one_chunk_stream(payload)
-        return JSONResponse(payload, headers={HEADER: str(result.policy_version)})
+        return JSONResponse(payload, headers={HEADER: str(payload["policy_version"])})
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
@@ -215,21 +226,25 @@ def build_app(policy: Policy, settings: EngineSettings, base_name: str, *, load_
             prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
         else:
             raise BadRequest("prompt must be one string or one list of token ids")
-        req = shape.sampling(body, prompt_ids, context, settings.default_max_tokens)
+        reqs = shape.choices(
+            body, shape.sampling(body, prompt_ids, context, settings.default_max_tokens),
+            gate.limit)
         want_logprobs = body.get("logprobs") is not None and body.get("logprobs") is not False
         if body.get("stream"):
             cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
 
-            def chunk(text: str, ids: list[int], result: GenResult, finish=None) -> dict:
+            def chunk(index: int, text: str, ids: list[int], result: GenResult,
+                      finish=None) -> dict:
                 return {"id": cid, "object": "text_completion", "created": created,
                         "model": model, "policy_version": result.policy_version,
-                        "choices": [{"index": 0, "text": text, "finish_reason": finish,
+                        "choices": [{"index": index, "text": text, "finish_reason": finish,
                                      "token_ids": ids, "logprobs": None}]}
 
-            return _stream(req, chunk, lambda res: chunk("", [], res, res.finish_reason))
-        result = await _run(request, req)
-        payload = shape.completion_response(tokenizer, model, prompt_ids, result, want_logprobs)
-        return JSONResponse(payload, headers={HEADER: str(result.policy_version)})
+            return _stream(reqs, chunk,
+                           lambda index, res, _: chunk(index, "", [], res, res.finish_reason))
+        results = await _run(request, reqs)
+        payload = shape.completion_response(tokenizer, model, prompt_ids, results, want_logprobs)
+        return JSONResponse(payload, headers={HEADER: str(payload["policy_version"])})
 
     async def _load(kind: str, name: str, path: str, version: int | None) -> JSONResponse:
         if version is not None and not shape.is_int(version):
@@ -280,16 +295,19 @@ def build_app(policy: Policy, settings: EngineSettings, base_name: str, *, load_
 
 
 def _one_chunk_stream(payload: dict) -> StreamingResponse:
-    choice = payload["choices"][0]
-    chunk = {**payload, "object": "chat.completion.chunk",
-             "choices": [{"index": 0, "delta": choice["message"],
-                          "finish_reason": choice["finish_reason"],
-                          "token_ids": choice["token_ids"], "logprobs": None}]}
-    for call_index, call in enumerate(chunk["choices"][0]["delta"].get("tool_calls") or []):
-        call["index"] = call_index
+    chunks = []
+    for choice in payload["choices"]:
+        delta = choice["message"]
+        for call_index, call in enumerate(delta.get("tool_calls") or []):
+            call["index"] = call_index
+        chunks.append({**payload, "object": "chat.completion.chunk",
+                       "choices": [{"index": choice["index"], "delta": delta,
+                                    "finish_reason": choice["finish_reason"],
+                                    "token_ids": choice["token_ids"], "logprobs": None}]})
 
     async def body():
-        yield f"data: {json.dumps(chunk)}\n\n"
+        for chunk in chunks:
+            yield f"data: {json.dumps(chunk)}\n\n"
         yield "data: [DONE]\n\n"
 
     return StreamingResponse(body(), media_type="text/event-stream",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from serving.engine.generation import GenRequest, GenResult
@@ -68,8 +69,6 @@ def prompt_token_ids(prompt: list, vocab: int) -> list[int]:
 def sampling(body: dict, prompt_ids: list[int], context: int, default_max: int) -> GenRequest:
     """The request's generation fields, each checked here so that llama-server only ever sees
     valid ones (a 400 naming the field, never a 500 or a 502)."""
-    if body.get("n", 1) not in (1, None):
-        raise BadRequest(f"n={body['n']!r} is not supported; expected n=1")
     name = "max_completion_tokens" if body.get("max_completion_tokens") is not None \
         else "max_tokens"
     room = context - len(prompt_ids)
@@ -94,6 +93,17 @@ def sampling(body: dict, prompt_ids: list[int], context: int, default_max: int) 
                       top_logprobs=top, ignore_eos=ignore_eos)
 
 
+def choices(body: dict, req: GenRequest, most: int) -> list[GenRequest]:
+    """One generation per choice asked for (`n`, at most `most`). A seeded call seeds choice i
+    with seed + i, so its choices differ from each other and a repeat gives the same ones."""
+    n = _int(body, "n", 1, most, 1)
+    if req.seed is None:
+        return [replace(req) for _ in range(n)]
+    span = SEED_RANGE[1] - SEED_RANGE[0] + 1
+    return [replace(req, seed=(req.seed + i - SEED_RANGE[0]) % span + SEED_RANGE[0])
+            for i in range(n)]
+
+
 def _token_entry(tokenizer, token: int, logprob: float, tops: list) -> dict:
     text = tokenizer.decode([token])
     return {"token": text, "logprob": logprob, "bytes": list(text.encode()),
@@ -106,52 +116,59 @@ def chat_logprobs(tokenizer, result: GenResult) -> dict:
                         zip(result.token_ids, result.logprobs, result.top_logprobs, strict=True)]}
 
 
-def usage(prompt_ids: list[int], result: GenResult) -> dict:
-    return {"prompt_tokens": len(prompt_ids), "completion_tokens": len(result.token_ids),
-            "total_tokens": len(prompt_ids) + len(result.token_ids)}
+def usage(prompt_ids: list[int], results: list[GenResult]) -> dict:
+    """OpenAI's count: the prompt once, the completion tokens of every choice."""
+    completion = sum(len(r.token_ids) for r in results)
+    return {"prompt_tokens": len(prompt_ids), "completion_tokens": completion,
+            "total_tokens": len(prompt_ids) + completion}
 
 
-def chat_response(tokenizer, model: str, prompt_ids: list[int], result: GenResult,
-                  message: dict, finish_reason: str, want_logprobs: bool) -> dict[str, Any]:
+def chat_response(tokenizer, model: str, prompt_ids: list[int],
+                  answers: list[tuple[GenResult, dict, str]], want_logprobs: bool) -> dict[str, Any]:
+    """`answers`: each choice's (result, message, finish_reason), in choice order; all come
+    from one upstream, so one policy_version."""
+    results = [result for result, _, _ in answers]
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
         "choices": [{
-            "index": 0,
+            "index": index,
             "message": message,
             "logprobs": chat_logprobs(tokenizer, result) if want_logprobs else None,
             "finish_reason": finish_reason,
             "token_ids": result.token_ids,
-        }],
-        "usage": usage(prompt_ids, result),
+        } for index, (result, message, finish_reason) in enumerate(answers)],
+        "usage": usage(prompt_ids, results),
         "prompt_token_ids": prompt_ids,
-        "policy_version": result.policy_version,
+        "policy_version": results[0].policy_version,
     }
 
 
-def completion_response(tokenizer, model: str, prompt_ids: list[int], result: GenResult,
+def _completion_logprobs(tokenizer, result: GenResult) -> dict:
+    tokens = [tokenizer.decode([t]) for t in result.token_ids]
+    offsets, at = [], 0
+    for token in tokens:
+        offsets.append(at)
+        at += len(token)
+    return {"tokens": tokens, "token_logprobs": result.logprobs, "text_offset": offsets,
+            "top_logprobs": [{tokenizer.decode([t]): lp for t, lp in tops}
+                             for tops in result.top_logprobs]}
+
+
+def completion_response(tokenizer, model: str, prompt_ids: list[int], results: list[GenResult],
                         want_logprobs: bool) -> dict[str, Any]:
-    logprobs = None
-    if want_logprobs:
-        tokens = [tokenizer.decode([t]) for t in result.token_ids]
-        offsets, at = [], 0
-        for token in tokens:
-            offsets.append(at)
-            at += len(token)
-        logprobs = {"tokens": tokens, "token_logprobs": result.logprobs, "text_offset": offsets,
-                    "top_logprobs": [{tokenizer.decode([t]): lp for t, lp in tops}
-                                     for tops in result.top_logprobs]}
     return {
         "id": f"cmpl-{uuid.uuid4().hex}",
         "object": "text_completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "text": result.text, "logprobs": logprobs,
+        "choices": [{"index": index, "text": result.text,
+                     "logprobs": _completion_logprobs(tokenizer, result) if want_logprobs else None,
                      "finish_reason": result.finish_reason, "token_ids": result.token_ids,
-                     "prompt_token_ids": prompt_ids}],
-        "usage": usage(prompt_ids, result),
+                     "prompt_token_ids": prompt_ids} for index, result in enumerate(results)],
+        "usage": usage(prompt_ids, results),
         "prompt_token_ids": prompt_ids,
-        "policy_version": result.policy_version,
+        "policy_version": results[0].policy_version,
     }

@@ -57,15 +57,17 @@ class Upstreams:
                                        limits=httpx.Limits(max_connections=256))
 
     # ---- requests ---------------------------------------------------------------------------
-    def _take(self) -> Upstream:
-        upstream = self.current
+    def _take(self, upstream: Upstream | None = None) -> Upstream:
+        upstream = upstream or self.current
         upstream.in_flight += 1
         self.requests += 1
         self.most_in_flight = max(self.most_in_flight, upstream.in_flight)
         return upstream
 
-    async def generate(self, req: GenRequest) -> GenResult:
-        upstream = self._take()
+    async def generate(self, req: GenRequest, on: Upstream | None = None) -> GenResult:
+        """One generation on `on` (the choices of one call share it: one policy_version),
+        or on the current upstream."""
+        upstream = self._take(on)
         try:
             response = await self._http.post(f"{upstream.server.url}/completion",
                                              json=completion_body(req))
@@ -79,10 +81,16 @@ class Upstreams:
         result.add(body, req.top_logprobs)
         return result
 
-    async def stream(self, req: GenRequest) -> AsyncIterator[tuple[str, list[int], GenResult]]:
+    async def generate_all(self, reqs: list[GenRequest]) -> list[GenResult]:
+        """The choices of one call, generated side by side on one upstream."""
+        on = self.current
+        return list(await asyncio.gather(*(self.generate(req, on) for req in reqs)))
+
+    async def stream(self, req: GenRequest, on: Upstream | None = None
+                     ) -> AsyncIterator[tuple[str, list[int], GenResult]]:
         """Yields (new text, new token ids, the result so far) per chunk; the last chunk's
         result is complete (finish_reason set)."""
-        upstream = self._take()
+        upstream = self._take(on)
         result = GenResult(policy_version=upstream.policy_version)
         try:
             async with self._http.stream("POST", f"{upstream.server.url}/completion",
@@ -103,6 +111,36 @@ class Upstreams:
                                 f"failed mid-stream: {type(exc).__name__}: {exc}") from exc
         finally:
             upstream.in_flight -= 1
+
+    async def stream_all(self, reqs: list[GenRequest]
+                         ) -> AsyncIterator[tuple[int, str | None, list[int], GenResult]]:
+        """The choices of one call streamed side by side on one upstream, chunks interleaved as
+        they come: (choice index, new text, new token ids, its result so far), and once a
+        choice has ended (index, None, [], its complete result)."""
+        on = self.current
+        queue: asyncio.Queue = asyncio.Queue()
+
+        async def pump(index: int, req: GenRequest) -> None:
+            result = GenResult(policy_version=on.policy_version)
+            try:
+                async for text, ids, result in self.stream(req, on):
+                    await queue.put((index, text, ids, result))
+                await queue.put((index, None, [], result))
+            except Exception as exc:  # noqa: BLE001 - handed to the reader, raised there
+                await queue.put(exc)
+
+        tasks = [asyncio.create_task(pump(i, req)) for i, req in enumerate(reqs)]
+        try:
+            open_choices = len(reqs)
+            while open_choices:
+                item = await queue.get()
+                if isinstance(item, Exception):
+                    raise item
+                open_choices -= item[1] is None
+                yield item
+        finally:
+            for task in tasks:
+                task.cancel()
 
     # ---- swaps ------------------------------------------------------------------------------
     async def swap(self, make: callable) -> Upstream:

@@ -145,6 +145,34 @@ def test_ignore_eos_and_tokens_inside_a_multibyte_character_keep_their_logprobs(
                                        extra_body={"ignore_eos": "yes"})
 
 
+def test_n_choices_are_distinct_samples_each_with_its_own_logprobs(engine_url, reference):
+    body = {"model": "policy", "messages": QUESTION, "max_tokens": 10, "temperature": 1.0,
+            "seed": 11, "n": 3}
+    with httpx.Client(base_url=engine_url, timeout=120) as http:
+        many = http.post("/v1/chat/completions", json=body).json()
+        streamed: dict[int, list[int]] = {}
+        with http.stream("POST", "/v1/chat/completions",
+                         json={**body, "stream": True}) as response:
+            for line in response.iter_lines():
+                if line.startswith("data: {"):
+                    for choice in json.loads(line[6:])["choices"]:
+                        streamed.setdefault(choice["index"], []).extend(choice["token_ids"])
+    choices = many["choices"]
+    assert [c["index"] for c in choices] == [0, 1, 2]
+    # Seeds seed, seed + 1, ...: the choices differ. (Not token for token the single calls with
+    # those seeds: sharing decode steps moves sampled logits by float noise, enough to flip a
+    # sampled token; greedy answers do match, test_concurrent_requests_...)
+    assert len({tuple(c["token_ids"]) for c in choices}) == 3
+    for choice in choices:  # each a sample of the model at temperature 1, its own logprobs
+        served = [entry["logprob"] for entry in choice["logprobs"]["content"]]
+        assert_close(served, forward_logprobs(reference, many["prompt_token_ids"],
+                                              choice["token_ids"]))
+    assert many["usage"]["completion_tokens"] == sum(len(c["token_ids"]) for c in choices)
+    assert many["usage"]["prompt_tokens"] == len(many["prompt_token_ids"])
+    assert sorted(streamed) == [0, 1, 2] and len(set(map(tuple, streamed.values()))) == 3
+    assert all(0 < len(ids) <= 10 for ids in streamed.values())
+
+
 # Each field llama-server would refuse (a 502 naming its own error), choke on (a 500) or obey
 # at any cost (10**6 alternatives per token): a 400 from the engine naming the field and value.
 BAD_FIELDS = [
@@ -159,6 +187,8 @@ BAD_FIELDS = [
     ({"seed": "x"}, "seed='x'"),
     ({"stop": [1]}, "stop=[1]"),
     ({"max_tokens": "10"}, "max_tokens='10'"),
+    ({"n": 0}, "n=0"),
+    ({"n": 10**6}, "n=1000000"),
 ]
 
 
