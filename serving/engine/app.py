@@ -145,12 +145,23 @@ def build_app(policy: Policy, settings: EngineSettings, base_name: str, *, load_
         return results
 
     def _stream(reqs: list[GenRequest], make_chunk, final_chunk) -> StreamingResponse:
-        """Chunks of every choice as they come; a choice's last chunk carries its finish reason,
-        and the one that ends the call also the usage of all (`final_chunk(i, result, all)`)."""
+        """Chunks of every choice as they come, each with its new tokens and their logprobs
+        (`make_chunk(i, text, piece, result)`, `piece` a GenResult of those tokens alone); a
+        choice's last chunk carries its finish reason, and the one that ends the call also the
+        usage of all (`final_chunk(i, result, all)`)."""
         async def body():
             ended: dict[int, GenResult] = {}
+            sent = [0] * len(reqs)  # logprobs of each choice already sent
             try:
                 async for index, text, ids, result in upstreams.stream_all(reqs):
+                    piece = GenResult(token_ids=ids)
+                    fresh = result.logprobs[sent[index]:]
+                    # llama-server streams each token with its probability; a chunk whose
+                    # counts differ (none seen) is sent without logprobs rather than misaligned
+                    if ids and len(fresh) == len(ids):
+                        piece.logprobs = fresh
+                        piece.top_logprobs = result.top_logprobs[sent[index]:]
+                    sent[index] = len(result.logprobs)
                     if text is None:
                         ended[index] = result
                         metrics.finished(reqs[index], result)
@@ -158,7 +169,7 @@ def build_app(policy: Policy, settings: EngineSettings, base_name: str, *, load_
                             else None
                         yield f"data: {json.dumps(final_chunk(index, result, every))}\n\n"
                     elif text or ids:
-                        yield f"data: {json.dumps(make_chunk(index, text, ids, result))}\n\n"
+                        yield f"data: {json.dumps(make_chunk(index, text, piece, result))}\n\n"
             except UpstreamError as exc:
                 error = {"error": {"message": str(exc), "type": "upstream_error", "code": 502}}
                 yield f"data: {json.dumps(error)}\n\n"
@@ -185,19 +196,21 @@ def build_app(policy: Policy, settings: EngineSettings, base_name: str, *, load_
         if body.get("stream") and not tools:
             cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
 
-            def chunk(index: int, delta: str, ids: list[int], result: GenResult, finish=None,
-                      extra=None) -> dict:
+            def chunk(index: int, delta: str, piece: GenResult, result: GenResult,
+                      finish=None, extra=None) -> dict:
+                logprobs = shape.chat_logprobs(tokenizer, piece) \
+                    if want_logprobs and piece.logprobs else None
                 return {"id": cid, "object": "chat.completion.chunk", "created": created,
                         "model": model, "policy_version": result.policy_version,
                         "choices": [{"index": index,
                                      "delta": {"role": "assistant", "content": delta},
-                                     "finish_reason": finish, "token_ids": ids,
-                                     "logprobs": None}], **(extra or {})}
+                                     "finish_reason": finish, "token_ids": piece.token_ids,
+                                     "logprobs": logprobs}], **(extra or {})}
 
             def final(index: int, result: GenResult, every: list[GenResult] | None) -> dict:
                 extra = {"usage": shape.usage(prompt_ids, every),
                          "prompt_token_ids": prompt_ids} if every else None
-                return chunk(index, "", [], result, result.finish_reason, extra)
+                return chunk(index, "", GenResult(), result, result.finish_reason, extra)
 
             return _stream(reqs, chunk, final)
         answers = []
@@ -233,15 +246,17 @@ def build_app(policy: Policy, settings: EngineSettings, base_name: str, *, load_
         if body.get("stream"):
             cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
 
-            def chunk(index: int, text: str, ids: list[int], result: GenResult,
+            def chunk(index: int, text: str, piece: GenResult, result: GenResult,
                       finish=None) -> dict:
+                logprobs = shape.completion_logprobs(tokenizer, piece) \
+                    if want_logprobs and piece.logprobs else None
                 return {"id": cid, "object": "text_completion", "created": created,
                         "model": model, "policy_version": result.policy_version,
                         "choices": [{"index": index, "text": text, "finish_reason": finish,
-                                     "token_ids": ids, "logprobs": None}]}
+                                     "token_ids": piece.token_ids, "logprobs": logprobs}]}
 
-            return _stream(reqs, chunk,
-                           lambda index, res, _: chunk(index, "", [], res, res.finish_reason))
+            return _stream(reqs, chunk, lambda index, res, _: chunk(
+                index, "", GenResult(), res, res.finish_reason))
         results = await _run(request, reqs)
         payload = shape.completion_response(tokenizer, model, prompt_ids, results, want_logprobs)
         return JSONResponse(payload, headers={HEADER: str(payload["policy_version"])})

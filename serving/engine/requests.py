@@ -146,7 +146,7 @@ def chat_response(tokenizer, model: str, prompt_ids: list[int],
     }
 
 
-def _completion_logprobs(tokenizer, result: GenResult) -> dict:
+def completion_logprobs(tokenizer, result: GenResult) -> dict:
     tokens = [tokenizer.decode([t]) for t in result.token_ids]
     offsets, at = [], 0
     for token in tokens:
@@ -165,7 +165,7 @@ def completion_response(tokenizer, model: str, prompt_ids: list[int], results: l
         "created": int(time.time()),
         "model": model,
         "choices": [{"index": index, "text": result.text,
-                     "logprobs": _completion_logprobs(tokenizer, result) if want_logprobs else None,
+                     "logprobs": completion_logprobs(tokenizer, result) if want_logprobs else None,
                      "finish_reason": result.finish_reason, "token_ids": result.token_ids,
                      "prompt_token_ids": prompt_ids} for index, result in enumerate(results)],
         "usage": usage(prompt_ids, results),

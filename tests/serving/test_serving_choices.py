@@ -70,8 +70,7 @@ def test_every_choice_is_a_span_of_the_rollout_and_becomes_a_transition(
         llm = span["llm"]
         assert span["rollout_id"] == "ro-n" and span["status"] == "ok"
         assert llm["response_token_ids"] == answered[span["span_id"]]
-        if span["span_id"] in plain_ids:  # the embedded engine streams no logprobs
-            assert len(llm["response_logprobs"]) == len(llm["response_token_ids"])
+        assert len(llm["response_logprobs"]) == len(llm["response_token_ids"])
         total = "3" if span["span_id"] in plain_ids else "2"
         assert span["attributes"]["choices"] == total
         chosen = plain_ids if total == "3" else streamed_ids
@@ -85,5 +84,4 @@ def test_every_choice_is_a_span_of_the_rollout_and_becomes_a_transition(
     for t in transitions:
         assert t["rollout_id"] == "ro-n" and t["final_reward"] == 1.0
         assert t["response_token_ids"] == answered[t["span_id"]]
-        if t["span_id"] in plain_ids:
-            assert len(t["behaviour_logprobs"]) == len(t["response_token_ids"])
+        assert len(t["behaviour_logprobs"]) == len(t["response_token_ids"])

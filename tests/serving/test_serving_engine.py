@@ -151,12 +151,15 @@ def test_n_choices_are_distinct_samples_each_with_its_own_logprobs(engine_url, r
     with httpx.Client(base_url=engine_url, timeout=120) as http:
         many = http.post("/v1/chat/completions", json=body).json()
         streamed: dict[int, list[int]] = {}
+        streamed_logprobs: dict[int, list[float]] = {}
         with http.stream("POST", "/v1/chat/completions",
                          json={**body, "stream": True}) as response:
             for line in response.iter_lines():
                 if line.startswith("data: {"):
                     for choice in json.loads(line[6:])["choices"]:
                         streamed.setdefault(choice["index"], []).extend(choice["token_ids"])
+                        streamed_logprobs.setdefault(choice["index"], []).extend(
+                            e["logprob"] for e in (choice["logprobs"] or {}).get("content", []))
     choices = many["choices"]
     assert [c["index"] for c in choices] == [0, 1, 2]
     # Seeds seed, seed + 1, ...: the choices differ. (Not token for token the single calls with
@@ -170,7 +173,10 @@ def test_n_choices_are_distinct_samples_each_with_its_own_logprobs(engine_url, r
     assert many["usage"]["completion_tokens"] == sum(len(c["token_ids"]) for c in choices)
     assert many["usage"]["prompt_tokens"] == len(many["prompt_token_ids"])
     assert sorted(streamed) == [0, 1, 2] and len(set(map(tuple, streamed.values()))) == 3
-    assert all(0 < len(ids) <= 10 for ids in streamed.values())
+    for index, ids in streamed.items():  # streamed tokens carry their logprobs too
+        assert 0 < len(ids) <= 10
+        assert_close(streamed_logprobs[index],
+                     forward_logprobs(reference, many["prompt_token_ids"], ids))
 
 
 # Each field llama-server would refuse (a 502 naming its own error), choke on (a 500) or obey
