@@ -19,6 +19,7 @@ pytest_plugins = [
     "testkit.fixtures.mlflow",
     "testkit.fixtures.model",
     "testkit.fixtures.stack",
+    "testkit.fixtures.streams",
 ]
 
 # A fixture that starts something maps to what it starts. Dependencies need no entry of
