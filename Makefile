@@ -6,9 +6,13 @@ UV       := $(BIN)/uv
 STAMP    := $(VENV)/.installed
 KAFKA_LIB_STAMP := infra/kafka/lib/.resolved
 
-.PHONY: setup demo test test-fast lint kafka-jars llama-server clean
+CREWAI_VENV  := .venv-crewai
+CREWAI_STAMP := $(CREWAI_VENV)/.installed
+CREWAI_REQS  := examples/frameworks/crewai-requirements.txt
 
-setup: $(STAMP) $(KAFKA_LIB_STAMP) llama-server
+.PHONY: setup demo test test-fast lint kafka-jars llama-server crewai-venv clean
+
+setup: $(STAMP) $(KAFKA_LIB_STAMP) llama-server $(CREWAI_STAMP)
 
 # Reinstalls only when pyproject.toml changed: a second `make setup` takes a second.
 $(STAMP): pyproject.toml
@@ -28,6 +32,17 @@ $(KAFKA_LIB_STAMP): infra/kafka/pom.xml
 	@touch $@
 
 kafka-jars: $(KAFKA_LIB_STAMP)
+
+# The CrewAI crew's separate environment (crewai cannot share .venv: it would downgrade
+# openai, openai-agents and pydantic): the crew runs as its own process, as a user's agent
+# service would, re-pointed at the gateway (tests/examples/test_frameworks.py). uv's cache
+# makes a rebuild take seconds.
+$(CREWAI_STAMP): $(CREWAI_REQS) | $(STAMP)
+	$(UV) venv -q --allow-existing --python $(BIN)/python $(CREWAI_VENV)
+	$(UV) pip install -q --python $(CREWAI_VENV)/bin/python -r $(CREWAI_REQS)
+	@touch $@
+
+crewai-venv: $(CREWAI_STAMP)
 
 # The embedded engine's core: llama.cpp's llama-server, built once from the pinned source
 # (about 5 minutes on 2 cores) into ~/.cache/tracetrain/llama.cpp/, keyed by version and CPU
@@ -53,4 +68,4 @@ lint: setup
 	$(BIN)/ruff check .
 
 clean:
-	rm -rf $(VENV) infra/kafka/lib infra/kafka/target
+	rm -rf $(VENV) $(CREWAI_VENV) infra/kafka/lib infra/kafka/target
