@@ -20,8 +20,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import threading
 import time
+import traceback
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -119,10 +121,13 @@ class Traffic:
                 return
             try:
                 agent.solve(problem, task_id=f"rh-{url[-8:]}-{i}", seed=i)
-            except Exception as exc:  # shown in the assertion, not lost
-                self.failed.append(repr(exc))
+            except Exception:  # shown in the assertion, not lost
+                self.failed.append(traceback.format_exc())
             with self._lock:
                 self.done += 1
+
+    def __str__(self) -> str:
+        return f"{len(self.returned)} calls returned, {self.done} rollouts done, failed: {self.failed}"
 
     def join(self) -> None:
         for thread in self.threads:
@@ -152,14 +157,17 @@ def _kill_child(home: Path, name: str, rank: str | None = None) -> int:
     raise AssertionError(f"no process of {name} to kill (rank {rank})")
 
 
-def _wait(check, timeout_s: float, what: str, poll_s: float = 1.0):
+def _wait(check, timeout_s: float, what: str, poll_s: float = 1.0, context=None):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         found = check()
         if found:
             return found
         time.sleep(poll_s)
-    raise AssertionError(f"{what} within {timeout_s:.0f} s")
+    stacks = "\n".join(f"thread {ident}:\n{''.join(traceback.format_stack(frame))}"
+                       for ident, frame in sys._current_frames().items())
+    raise AssertionError(f"{what} within {timeout_s:.0f} s; {context() if context else ''}\n"
+                         f"{stacks}")
 
 
 def _transitions(settings) -> list[tuple[int, int, dict]]:
@@ -216,17 +224,17 @@ def test_production_profile_survives_a_broker_a_worker_and_a_rank_killed(tmp_pat
         traffic = Traffic(live, gateway_urls)
 
         # A broker dies; `up` run again starts it (and nothing else: the rest runs).
-        _wait(lambda: len(traffic.returned) >= 6, 300, "6 calls returned")
+        _wait(lambda: len(traffic.returned) >= 6, 180, "6 calls returned", context=lambda: str(traffic))
         os.kill(processes.read_record(home, "kafka-2").pid, signal.SIGKILL)
         time.sleep(3)
         restarted = stack.up_profile(settings, profile)
         assert [r.name for r in restarted] == ["kafka-2"], restarted
         # A streams worker dies; its supervisor starts it again.
-        _wait(lambda: len(traffic.returned) >= 14, 300, "14 calls returned")
+        _wait(lambda: len(traffic.returned) >= 14, 300, "14 calls returned", context=lambda: str(traffic))
         worker = _kill_child(home, "streams-1")
         # A learner rank dies once a checkpoint is registered; torchrun ends the job and the
         # supervisor starts it again, resuming from the checkpoint.
-        _wait(store.versions, 300, "a first registered version")
+        _wait(store.versions, 300, "a first registered version", context=lambda: str(traffic))
         leftovers += _descendants(processes.read_record(home, "learner"))
         rank = _kill_child(home, "learner", rank="1")
         timings["kills_done_s"] = time.monotonic() - started_at
