@@ -101,8 +101,8 @@ class Traffic:
         self.publisher = Publisher(settings, name="rehearsal-agents")
         tracer = Tracer(self.publisher, agent="calc", service="rehearsal")
         problems = generate(ROLLOUTS, seed=11, difficulties=(1, 2))
-        self.threads = [threading.Thread(target=self._work, args=(url, tracer, problems[i::2]),
-                                         daemon=True) for i, url in enumerate(urls)]
+        self.threads = [threading.Thread(target=self._work, args=(n, url, tracer, problems[n::2]),
+                                         daemon=True) for n, url in enumerate(urls)]
         for thread in self.threads:
             thread.start()
 
@@ -111,7 +111,7 @@ class Traffic:
             with self._lock:
                 self.returned.append(response.headers["x-span-id"])
 
-    def _work(self, url: str, tracer, problems) -> None:
+    def _work(self, n: int, url: str, tracer, problems) -> None:
         agent = CalcAgent(url, tracer)
         agent.client = openai.OpenAI(base_url=url, api_key="none", max_retries=2, timeout=300,
                                      http_client=httpx.Client(event_hooks={"response": [self._seen]},
@@ -120,7 +120,7 @@ class Traffic:
             if self.stop.is_set():
                 return
             try:
-                agent.solve(problem, task_id=f"rh-{url[-8:]}-{i}", seed=i)
+                agent.solve(problem, task_id=f"rh-g{n}-{i}", seed=i)
             except Exception:  # shown in the assertion, not lost
                 self.failed.append(traceback.format_exc())
             with self._lock:
