@@ -162,6 +162,13 @@ def _descendants(record) -> list[psutil.Process]:
         return []
 
 
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def _kill_child(home: Path, name: str, rank: str | None = None) -> int:
     """SIGKILL the service's own process under its supervisor (with `rank`: the torchrun rank
     of that RANK); its pid."""
@@ -232,6 +239,7 @@ def test_production_profile_survives_a_broker_a_worker_and_a_rank_killed(tmp_pat
     home = settings.home_dir
     learner_settings = dict((i.name, i.settings(live)) for i in profile.instances)["learner"]
     leftovers: list[psutil.Process] = []
+    names: set[str] = set()
     timings: dict[str, float] = {}
     try:
         stack.up_profile(settings, profile)  # what `tracetrain up --profile production` runs
@@ -293,6 +301,8 @@ def test_production_profile_survives_a_broker_a_worker_and_a_rank_killed(tmp_pat
         assert steps == sorted(set(steps)), f"a step registered twice: {steps}"
         assert len({v.source for v in versions}) == len(versions)
         assert len({v.tags["offsets"] for v in versions}) == len(versions)
+        # The first job registered before its rank was killed, the restarted job after.
+        assert len({v.run_id for v in versions}) >= 2, [v.run_id for v in versions]
         newest, local = store.latest(tmp_path / "newest")
         ledger = torch.load(local / "trainer_state.pt", weights_only=True)["extra"]["ledger"]
         trained = [tid for ids in ledger for tid in ids]
@@ -300,12 +310,16 @@ def test_production_profile_survives_a_broker_a_worker_and_a_rank_killed(tmp_pat
         assert len(ledger) == int(newest.tags["step"])
         adapter = load_file(local / "adapter" / "adapter_model.safetensors")
     finally:
-        stack.down(settings)
+        stopped = stack.down(settings)
+        ranks_left = [p.pid for p in leftovers if _alive(p)]
         for proc in leftovers:  # ranks torchrun started in their own sessions
             try:
                 proc.kill()
             except psutil.NoSuchProcess:
                 pass
+    # `down` stopped all of it, the learner's ranks with their job.
+    assert set(stopped) >= names and processes.records(home) == [], stopped
+    assert ranks_left == [], f"ranks outlived `down`: {ranks_left}"
 
     # One process training the ledger's batches in order gives the live job's adapter.
     policy = PolicyTrainer(learner_settings, tmp_path / "replay", None)
