@@ -281,10 +281,11 @@ def test_production_profile_survives_a_broker_a_worker_and_a_rank_killed(tmp_pat
 
         records = _wait(all_arrived, 180, "a transition of every returned call", poll_s=3)
         per_span = Counter(t["span_id"] for _, _, t in records)
-        assert [s for s, n in per_span.items() if n > 1] == [], "a span gave 2 transitions"
-        assert all(per_span[s] == 1 for s in returned)
+        assert all(per_span[s] >= 1 for s in returned)
+        # Checked last, so that the learner's checks run whatever this finds.
+        twice = [(p, o, t["span_id"], t["transition_id"]) for p, o, t in records
+                 if per_span[t["span_id"]] > 1]
         by_id = {t["transition_id"]: t for _, _, t in records}
-        assert len(by_id) == len(records)
 
         # The supervisors restarted what was killed.
         leftovers += _descendants(processes.read_record(home, "learner"))
@@ -334,6 +335,8 @@ def test_production_profile_survives_a_broker_a_worker_and_a_rank_killed(tmp_pat
           f"versions, adapter moved {moved:.3g}, replay diff {diff:.3g}, timings {timings}")
     assert moved > 10 * TOLERANCE, moved
     assert diff < TOLERANCE, diff
+    # (partition, offset, span id, transition id) of each copy of a span's transition.
+    assert twice == [], f"a span's transition written more than once: {twice}"
 
 
 
