@@ -55,8 +55,12 @@ pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.integration, pyt
 
 ROLLOUTS = 24            # calc problems, half through each gateway (1 to 3 LLM calls each)
 EXPERIMENT = "rehearsal"
-# test_learner_distributed's tolerance: 2 ranks sum the gradient in another order than 1.
-TOLERANCE = 1e-5
+# 2 ranks sum the gradient in another order than 1 process, and Adam turns that into up to ~1%
+# of a step's update for elements near eps (test_learner_distributed); over the rehearsal's ~8
+# steps of the 135M model that measured 5e-7 and 8.7e-6 (test_learner_distributed's 1e-5 is
+# too close). One step trained otherwise (a batch missing, repeated or reordered) moves
+# elements by about the learning rate, 1e-4: the bound stays well under it.
+TOLERANCE = 3e-5
 
 
 def _free_ports(n: int) -> int:
