@@ -9,8 +9,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from infra import mlflow_server, processes, stack, topics
+from infra import mlflow_server, processes, profiles, stack, topics
 from infra.kafka import broker
+from tracetrain.errors import InfraError
 from tracetrain.settings import get_settings
 
 console = Console()
@@ -71,17 +72,30 @@ def topics_list() -> None:
 
 
 def up(
-    brokers: int = typer.Option(None, help="1 or 3 Kafka brokers."),
+    profile: str = typer.Option(
+        "dev", help=f"What runs. {profiles.help_text()}. Run again, production starts only "
+        "what is not running (a broker or service that died)."),
+    brokers: int = typer.Option(None, help="dev: 1 or 3 Kafka brokers."),
     services: str = typer.Option(
-        "kafka,mlflow", help="Comma-separated, started in this order after Kafka and MLflow: "
-        f"{', '.join(stack.PLATFORM + tuple(stack.SERVICES))}."
+        None, help="dev: comma-separated, started in this order after Kafka and MLflow: "
+        f"{', '.join(stack.PLATFORM + tuple(stack.SERVICES))} (default kafka,mlflow)."
     ),
 ) -> None:
-    """Start the local stack detached: Kafka, topics, MLflow (and the named services), each
-    waited for until healthy; `tracetrain status` shows them, `tracetrain down` stops them."""
+    """Start the local stack detached, each process waited for until healthy: Kafka, topics,
+    MLflow (and the named services), or a whole profile (`--profile production`: the
+    production topology without Docker); `tracetrain status` shows them, `tracetrain down`
+    stops them."""
     settings = get_settings()
-    for record in stack.up(settings, [s.strip() for s in services.split(",") if s.strip()],
-                           brokers=brokers):
+    chosen = profiles.get(profile)
+    if chosen is profiles.DEV:
+        names = [s.strip() for s in (services or "kafka,mlflow").split(",") if s.strip()]
+        started = stack.up(settings, names, brokers=brokers)
+    elif services is not None or brokers is not None:
+        raise InfraError(f"--profile {profile} runs a fixed topology ({chosen.summary}); "
+                         "--services and --brokers are for --profile dev")
+    else:
+        started = stack.up_profile(settings, chosen)
+    for record in started:
         console.print(f"[green]up[/] {record.name} pid {record.pid} at {record.address}")
     status()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shutil
 
-from infra import mlflow_server, postgres, processes, services, topics
+from infra import mlflow_server, postgres, processes, profiles, services, topics
 from infra.kafka import broker
 from learner.service import LEARNER
 from producers.service import GATEWAY
@@ -51,6 +51,36 @@ def up(settings: Settings, names: list[str], brokers: int | None = None,
     for name in names:
         if name in SERVICES:
             started.append(services.start(settings, SERVICES[name]))
+    return started
+
+
+def _running(settings: Settings, name: str) -> bool:
+    record = processes.read_record(settings.home_dir, name)
+    return record is not None and processes.is_ours(record)
+
+
+def up_profile(settings: Settings, profile: profiles.Profile,
+               started: list[processes.ProcessRecord] | None = None
+               ) -> list[processes.ProcessRecord]:
+    """Start what of `profile` is not running: its brokers (and topics), PostgreSQL and MLflow
+    on it, then its instances in order, each with its own overrides. Run again, it starts
+    only what died (a broker, a service): what a restart of the stack does. `started` as in
+    `up`."""
+    home = settings.home_dir
+    started = [] if started is None else started
+    settings = profile.settings(settings)
+    missing = broker.missing(home, profile.brokers)
+    if missing:
+        started += broker.start(home, settings.kafka, profile.brokers, only=missing)
+    topics.create_topics(settings.kafka.bootstrap_servers, settings.topics)
+    if profile.postgres and not _running(settings, postgres.NAME):
+        started.append(postgres.start(home, settings.postgres))
+    if not settings.mlflow.tracking_uri and not _running(settings, mlflow_server.NAME):
+        started.append(mlflow_server.start(home, settings.mlflow))
+    for instance in profile.instances:
+        if not _running(settings, instance.name):
+            started.append(services.start(instance.settings(settings), instance.service,
+                                          instance=instance.name))
     return started
 
 

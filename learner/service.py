@@ -1,9 +1,13 @@
 """The learner stage's process, declared once: the continuous trainer.
 
     tracetrain up --services learner
+    tracetrain up --profile production       # `learner_job(2)`: 2 ranks under torchrun
 """
 
 from __future__ import annotations
+
+import sys
+from dataclasses import replace
 
 from infra.services import Service, cli, status_address
 
@@ -18,3 +22,18 @@ LEARNER = Service(
     start_timeout_s=lambda s: 60.0,
     port_setting="learner.metrics_port",
 )
+
+
+def learner_job(ranks: int) -> Service:
+    """The learner as one torchrun job of `ranks` processes on this machine (gloo on CPUs):
+    rank 0 consumes, checkpoints and registers, and serves the status port. Supervised: a rank
+    that dies ends the job (torchrun stops the others), and the supervisor starts the job again,
+    which resumes from the newest checkpoint. Loading the model in every rank takes longer."""
+    return replace(
+        LEARNER,
+        summary=f"{LEARNER.summary}; {ranks} data-parallel ranks under torchrun",
+        argv=lambda s: [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                        "--nproc-per-node", str(ranks), "-m", "tracetrain.cli", "learner"],
+        start_timeout_s=lambda s: 300.0,
+        restart=True,
+    )

@@ -4,7 +4,7 @@ imports upward and what it imports, all of them at once.
 
 Layers, lowest first: the core (`tracetrain`, but its CLI), `schemas`, the platform (`infra`,
 but the stack), `producers`, `streams`, `learner`, `serving`, `examples`, the stack
-(`infra.stack`, `infra.cli`, `infra.smoke`), `demo`, `optimizer` (it scores prompts through the demo's tasks
+(`infra.stack`, `infra.profiles`, `infra.cli`, `infra.smoke`), `demo`, `optimizer` (it scores prompts through the demo's tasks
 and eval engine), and the entry points (`tracetrain.cli`,
 `tracetrain.__main__`).
 """
@@ -28,6 +28,7 @@ LAYERS = {
     "serving": 6,
     "examples": 7,
     "infra.stack": 8,
+    "infra.profiles": 8,
     "infra.cli": 8,
     "infra.smoke": 8,
     "demo": 9,

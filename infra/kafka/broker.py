@@ -78,9 +78,13 @@ def _properties(kafka: KafkaSettings, index: int, brokers: int, data: Path) -> s
     ])
 
 
-def start(home: Path, kafka: KafkaSettings, brokers: int | None = None) -> list[processes.ProcessRecord]:
-    """Format storage (first time) and start the broker(s) detached; wait until they answer."""
+def start(home: Path, kafka: KafkaSettings, brokers: int | None = None,
+          only: list[int] | None = None) -> list[processes.ProcessRecord]:
+    """Format storage (first time) and start the broker(s) detached; wait until all of the
+    cluster's answer. `only` (indices) starts those alone, the others running: a broker that
+    died, started again (`missing` says which)."""
     brokers = brokers or kafka.brokers
+    indices = list(range(brokers)) if only is None else only
     if brokers not in (1, 3):
         raise InfraError(f"--brokers {brokers}: expected 1 or 3")
     java_bin, cp = java(), classpath()
@@ -90,7 +94,7 @@ def start(home: Path, kafka: KafkaSettings, brokers: int | None = None) -> list[
     if layout.is_file() and layout.read_text().strip() != str(brokers):
         raise InfraError(f"{root} was formatted for {layout.read_text().strip()} broker(s); "
                          f"remove it (`tracetrain down --wipe`) to start {brokers}")
-    for i in range(brokers):  # broker i listens on port + i, its controller on controller_port + i
+    for i in indices:  # broker i listens on port + i, its controller on controller_port + i
         processes.require_free("127.0.0.1", kafka.port + i, f"Kafka broker {i + 1}", "kafka.port")
         processes.require_free("127.0.0.1", kafka.controller_port + i, f"Kafka controller {i + 1}",
                                "kafka.controller_port")
@@ -99,7 +103,7 @@ def start(home: Path, kafka: KafkaSettings, brokers: int | None = None) -> list[
         cluster_file.write_text(_random_cluster_id(java_bin, cp))
     cluster_id = cluster_file.read_text().strip()
     started = []
-    for i in range(brokers):
+    for i in indices:
         data = root / f"broker-{i + 1}"
         config = root / f"broker-{i + 1}.properties"
         config.write_text(_properties(kafka, i, brokers, data))
@@ -170,6 +174,12 @@ def _brokers_seen(servers: str) -> int:
         return len(admin.list_topics(timeout=2).brokers)
     except Exception:  # KafkaException while the broker is still starting
         return 0
+
+
+def missing(home: Path, brokers: int) -> list[int]:
+    """Indices of the cluster's brokers that are not running (no pid file of a live one)."""
+    return [i for i in range(brokers)
+            if not ((r := processes.read_record(home, broker_name(i))) and processes.is_ours(r))]
 
 
 def stop(home: Path) -> list[str]:

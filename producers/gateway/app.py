@@ -121,7 +121,7 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        state["pub"] = publisher or Publisher(settings, name="gateway")
+        state["pub"] = publisher or Publisher(settings, name=settings.gateway.spool_name)
         metrics.register(state["pub"].metrics.registry)
         headers = {"authorization": f"Bearer {gw.upstream_api_key.get_secret_value()}"} \
             if gw.upstream_api_key else {}

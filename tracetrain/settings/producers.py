@@ -135,6 +135,10 @@ class GatewaySettings(BaseModel):
         True, description="Ask upstream for return_token_ids and logprobs (vLLM, our engine)."
     )
     start_timeout_s: float = Field(60.0, gt=0, description="`up` waits this long for /healthz.")
+    spool_name: str = Field(
+        "gateway", pattern=r"^[A-Za-z0-9._-]+$", description="The gateway's spool folder, "
+        "<home>/spool/<spool_name>: a spool is locked by one process, so each gateway of one "
+        "state folder needs its own (`up --profile production` names them gateway-1, gateway-2).")
     versions_refresh_s: float = Field(
         1.0, gt=0, description="How often the gateway reads each engine's model list "
         "(`/models`): whether it answers (a failed engine is taken back once it does), and its "
