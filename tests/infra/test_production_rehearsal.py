@@ -286,9 +286,14 @@ def test_production_profile_survives_a_broker_a_worker_and_a_rank_killed(tmp_pat
         records = _wait(all_arrived, 180, "a transition of every returned call", poll_s=3)
         per_span = Counter(t["span_id"] for _, _, t in records)
         assert all(per_span[s] >= 1 for s in returned)
-        # Checked last, so that the learner's checks run whatever this finds.
-        twice = [(p, o, t["span_id"], t["transition_id"]) for p, o, t in records
-                 if per_span[t["span_id"]] > 1]
+        # The stage is at-least-once with deterministic ids (DESIGN: a crash may write a
+        # transition twice, the learner skips the copy): every copy of a span's transition must
+        # be the same record. Checked last, so that the learner's checks run whatever this finds.
+        copies: dict[str, list] = {}
+        for p, o, t in records:
+            copies.setdefault(t["span_id"], []).append((p, o, t))
+        differing = [[(p, o, t["transition_id"]) for p, o, t in found]
+                     for found in copies.values() if any(t != found[0][2] for _, _, t in found)]
         by_id = {t["transition_id"]: t for _, _, t in records}
 
         # The supervisors restarted what was killed.
@@ -339,8 +344,8 @@ def test_production_profile_survives_a_broker_a_worker_and_a_rank_killed(tmp_pat
           f"versions, adapter moved {moved:.3g}, replay diff {diff:.3g}, timings {timings}")
     assert moved > 10 * TOLERANCE, moved
     assert diff < TOLERANCE, diff
-    # (partition, offset, span id, transition id) of each copy of a span's transition.
-    assert twice == [], f"a span's transition written more than once: {twice}"
+    # (partition, offset, transition id) of each copy, for spans whose copies differ.
+    assert differing == [], f"a span's transition written twice, differently: {differing}"
 
 
 
