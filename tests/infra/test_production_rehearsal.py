@@ -50,8 +50,9 @@ from producers.tracer import Tracer
 from schemas import Codec
 from tracetrain.settings import load_settings
 
-pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.integration, pytest.mark.mlflow,
-              pytest.mark.processes, pytest.mark.model]
+pytestmark = [pytest.mark.rehearsal, pytest.mark.faults, pytest.mark.slow,
+              pytest.mark.integration, pytest.mark.mlflow, pytest.mark.processes,
+              pytest.mark.model]
 
 ROLLOUTS = 24            # calc problems, half through each gateway (1 to 3 LLM calls each)
 EXPERIMENT = "rehearsal"
