@@ -106,6 +106,9 @@ class ClosePlan:
 
     transitions: list[Transition] = field(default_factory=list)
     dead_letters: list[DeadLetterPlan] = field(default_factory=list)
+    # False: the rollout went to the DLQ instead; a policy call read after the close follows
+    # it there (as a late event) instead of being emitted (`Rollout.late_transition`)
+    emitted: bool = True
 
 
 def plan_close(state: Rollout, reason: str, cfg: StreamsSettings, spans_topic: str,
@@ -117,7 +120,8 @@ def plan_close(state: Rollout, reason: str, cfg: StreamsSettings, spans_topic: s
     alone, which often gets no reward: its spans stay on the spans topic)."""
     plan = ClosePlan()
     if reason == "timeout" and state.val_calls and not state.calls:
-        return plan  # validation traffic, never trained on: nothing to keep for a retry
+        # validation traffic, never trained on: nothing to keep for a retry
+        return ClosePlan(emitted=_emitted(reason, cfg))
     if not _emitted(reason, cfg):
         what = "unknown_rollout" if not state.starts else \
             "rollout_too_large" if reason == OVERSIZE else "rollout_timeout"
@@ -125,6 +129,7 @@ def plan_close(state: Rollout, reason: str, cfg: StreamsSettings, spans_topic: s
                   if reason == OVERSIZE else
                   f"no final reward or end marker within {cfg.idle_timeout_s}s")
         plan.dead_letters.append(_summary(state, spans_topic, what, detail))
+        plan.emitted = False
         return plan
     transitions = state.transitions(reason, cfg.credit, cfg.gamma, cfg.idle_timeout_s)
     for t in transitions:
@@ -133,6 +138,7 @@ def plan_close(state: Rollout, reason: str, cfg: StreamsSettings, spans_topic: s
             if problem:
                 plan.dead_letters.append(_summary(
                     state, spans_topic, OUT_OF_BOUNDS, f"turn {t['turn_index']} {name} {problem}"))
+                plan.emitted = False
                 return plan
     _, unknown = state.intermediate(state.ordered_calls())
     for span_id in unknown:

@@ -46,7 +46,7 @@ from faust.types import TP
 from schemas import Codec, CodecError
 from streams.close_rules import OVERSIZE, plan_close
 from streams.dlq import DeadLetters
-from streams.join_core import Applied, RolloutJoin, call_key, record_problem
+from streams.join_core import LATE_CALL, Applied, RolloutJoin, call_key, record_problem
 from streams.metrics import StreamsMetrics
 from streams.offsets import Offsets
 from streams.positions import INPUTS, STALL_S
@@ -88,8 +88,11 @@ class Join:
         self.core = RolloutJoin(self.cfg, load=self._load, max_reward=settings.rewards.max_abs,
                                 retokenize=Retokenizer.from_settings(settings))
         self.positions = self.core.positions
-        # closes sent but not yet in the changelog: (send futures, key, state, kept span ids)
-        self.unrecorded: list[tuple[list, bytes, Rollout, list[str]]] = []
+        # closes (and late calls) sent but not yet in the changelog: (send futures, key, the
+        # tombstone as it stood when they were sent, its partition, kept span ids to delete).
+        # A snapshot, not the live state: that may already name a late call Kafka has not
+        # acknowledged, whose transition a crash would then lose.
+        self.unrecorded: list[tuple[list, bytes, bytes, int, list[str]]] = []
         self.assigned: frozenset[int] | None = None
         self.offsets = Offsets(settings.kafka.bootstrap_servers,
                                self.cfg.group_id(settings.topics.prefix))
@@ -141,8 +144,10 @@ class Join:
         its rollout (then the change is written and the rollout maybe closed)."""
         if applied.outcome == DUPLICATE:
             self.metrics.duplicates.labels(topic=short).inc()
-        elif applied.outcome == LATE:
+        elif applied.outcome in (LATE, LATE_CALL):
             self.metrics.late.labels(topic=short).inc()
+        if applied.late:
+            await self._emit_late(applied.key, applied.state, applied.late)
         for reason, detail in applied.dead:
             await self._dead(event, reason, detail)
         if applied.changed:
@@ -220,7 +225,7 @@ class Join:
         plan = plan_close(state, reason, self.cfg, self.topics.spans, self.topics.air,
                           self.core.max_reward)
         # Closed at once, before any await: events arriving meanwhile count as late.
-        self.core.closing(key, state, reason, time.time())
+        self.core.closing(key, state, reason, time.time(), plan.emitted)
         futures = []
         for dead in plan.dead_letters:
             futures.append(await self.dlq.send(key, dead.body, source_topic=dead.source_topic,
@@ -233,39 +238,53 @@ class Join:
         self.metrics.rollouts_closed.labels(reason=reason).inc()
         if state.val_calls:
             self.metrics.val_rollouts.inc()
-        self.unrecorded.append((futures, key, state, kept))
+        self.unrecorded.append((futures, key, state.to_bytes(with_calls=False),
+                                state.partition, kept))
+
+    async def _emit_late(self, key: bytes, state: Rollout, transitions: list) -> None:
+        """Send the transition of a call read after its rollout closed; its tombstone, which
+        now knows the call, is recorded like a close's once Kafka has the transition (a crash
+        in between re-emits it identically)."""
+        futures = []
+        for record in transitions:
+            futures.append(await self._send(self.topics.transitions, key,
+                                            self.codec.encode("Transition", record), None))
+            self.metrics.transitions_out.inc()
+        self.unrecorded.append((futures, key, state.to_bytes(with_calls=False),
+                                state.partition, []))
 
     async def _close_now(self, key: bytes, state: Rollout, reason: str) -> None:
         """Close a rollout whose state cannot be stored, and record the close before the
         event that caused it counts as processed: its offset is then never committed ahead
         of the tombstone, and a crash before re-reads the event and closes the same way."""
         await self._close(key, state, reason)
-        futures, _, _, kept = self.unrecorded.pop()
+        futures, _, tombstone, _, kept = self.unrecorded.pop()
         if futures:
             await asyncio.gather(*futures)
-        await self._record(key, state, kept)
+        await self._record(key, tombstone, state.partition, kept)
 
     async def record_closes(self) -> None:
         """Write the tombstones (and delete the calls) of closes whose sends Kafka has
         acknowledged, in close order. A failed send raises here, so the worker stops without
         recording a close whose transitions it lost; a restart re-emits them."""
         done = 0
-        for futures, key, state, kept in self.unrecorded:
+        for futures, key, tombstone, partition, kept in self.unrecorded:
             if not all(f.done() for f in futures):
                 break
             for future in futures:
                 future.result()
-            await self._record(key, state, kept)
+            await self._record(key, tombstone, partition, kept)
             done += 1
         del self.unrecorded[:done]
 
-    async def _record(self, key: bytes, state: Rollout, kept: list[str]) -> None:
+    async def _record(self, key: bytes, tombstone: bytes, partition: int,
+                      kept: list[str]) -> None:
         # The tombstone first, in one record: a crash between the writes then leaves a
         # closed rollout with stale calls (swept by `_rebuild`), never an open one that
         # lost some calls and would re-close with other turn indices and credits.
-        await self._write(key, state.to_bytes(with_calls=False), state.partition)
+        await self._write(key, tombstone, partition)
         for span_id in kept:
-            await self._write(call_key(key, span_id), None, state.partition)
+            await self._write(call_key(key, span_id), None, partition)
 
     async def shutdown(self, timeout_s: float = 10.0) -> None:
         """On a clean stop: record what Kafka acknowledges in time, close our client."""

@@ -10,6 +10,7 @@ cache is restored (the adapter reads the table; a test starts it empty).
 
 from __future__ import annotations
 
+import json
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -21,7 +22,7 @@ from streams.close_rules import CloseSchedule, close_reason
 from streams.positions import ReadPositions
 from streams.recorded_call import Unrecoverable
 from streams.rollout import ADDED, DUPLICATE, EXTRA_FINAL, LATE, Rollout
-from tracetrain.records import TEMPERATURE_ATTRIBUTE, AirEvent, Reward, Span
+from tracetrain.records import TEMPERATURE_ATTRIBUTE, AirEvent, Reward, Span, Transition
 from tracetrain.rewards import OUT_OF_BOUNDS, reward_problem
 from tracetrain.settings.rewards import RewardSettings
 from tracetrain.settings.streams import StreamsSettings
@@ -31,6 +32,8 @@ LATE_DETAIL = "the rollout was already closed"
 EXTRA_FINAL_DETAIL = "the rollout already has a final reward"
 # The outcome of an event dead-lettered before it reached its rollout (a poison span).
 REJECTED = "rejected"
+# The outcome of a policy call read after its rollout closed, emitted on its own (`late`).
+LATE_CALL = "late_call"
 CALL_TOO_LARGE = "call_too_large"
 # What a record needs in a producer request beyond its key and value (record and batch
 # framing, about 80 bytes; headers are counted apart): rounded up, so that a value at the
@@ -78,6 +81,7 @@ class Applied:
     call_bytes: bytes = b""  # the new call as the table stores it
     derived: list[AirEvent] = field(default_factory=list)
     val: bool = False  # the span is a call of `val` traffic (counted, never trained on)
+    late: list[Transition] = field(default_factory=list)  # LATE_CALL: its transition
 
     @property
     def changed(self) -> bool:
@@ -155,6 +159,10 @@ class RolloutJoin:
             return Applied(key, None, REJECTED, dead=[(exc.reason, str(exc))])
         verdict = self.selector.classify(span)
         state = self.rollout(key, partition)
+        if verdict in ("keep", NO_TOKEN_IDS) and state.takes_late_call(span["span_id"]):
+            late = self._late_call(key, state, span, verdict, derived)
+            if late is not None:
+                return late
         token_ids, unrecoverable = None, None
         # a late or duplicate span changes nothing: not worth tokenising
         if verdict == NO_TOKEN_IDS and not state.knows(span["span_id"]):
@@ -178,6 +186,27 @@ class RolloutJoin:
         if keep:
             self._keep_call(applied, span["span_id"])
         return applied
+
+    def _late_call(self, key: bytes, state: Rollout, span: Span, verdict: str,
+                   derived: list[AirEvent]) -> Applied | None:
+        """A policy call read after its rollout closed (its producer was slower than the close
+        rules' grace, e.g. retrying through a broker's failover): its transition, credited
+        with the close's final reward and the AIR its own span derives. None where it cannot
+        be trained (no token ids, out of bounds, too large): then it is a late event."""
+        token_ids = None
+        if verdict == NO_TOKEN_IDS:
+            token_ids, _ = self._retokenized(span)
+            if token_ids is None:
+                return None
+        inter = sum(a["value"] for a in derived if a["span_id"] == span["span_id"])
+        transition = state.late_transition(span, token_ids, inter, self.cfg.credit,
+                                           self.cfg.gamma, self.cfg.idle_timeout_s)
+        if any(reward_problem(transition[name], self.max_reward) for name in
+               ("credited_return", "final_reward", "intermediate_reward")) or \
+                not self.fits(key, json.dumps(transition).encode()):
+            return None
+        state.took_late_call(span["span_id"])
+        return Applied(key, state, LATE_CALL, late=[transition])
 
     def _retokenized(self, span: Span) -> tuple[tuple[list[int], list[int]] | None,
                                                  tuple[str, str] | None]:
@@ -239,9 +268,11 @@ class RolloutJoin:
             self.schedule.wait(key, state, self.cfg.close_grace_s)
         return reason
 
-    def closing(self, key: bytes, state: Rollout, reason: str, now: float) -> None:
-        """`state` closes now (before anything is sent: events arriving meanwhile are late)."""
-        state.close(reason, now)
+    def closing(self, key: bytes, state: Rollout, reason: str, now: float,
+                emitted: bool = True) -> None:
+        """`state` closes now (before anything is sent: events arriving meanwhile are late;
+        policy calls among them are emitted on their own if the close was `emitted`)."""
+        state.close(reason, now, emitted)
         self.open_keys.discard(key)
         self.expiry.append((state.closed_wall or now, key))
 

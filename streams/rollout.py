@@ -13,9 +13,13 @@ Life cycle
   seen after `close_grace_s` if no final reward came). Or after `idle_timeout_s` without
   events (then emitted or sent to the DLQ by `on_timeout`).
 - A closed rollout emits its transitions once and is kept as a small tombstone for
-  `closed_retention_s`. Late policy: events after close change nothing; they are counted and
-  sent to the DLQ as "late_event" (or only counted, `late_policy=ignore`). A second, different
-  final reward before close is "extra_final_reward"; the first one wins.
+  `closed_retention_s`; it remembers the span ids it closed with (a re-read one is a
+  duplicate). Late policy: events after close change nothing; they are counted and sent to
+  the DLQ as "late_event" (or only counted, `late_policy=ignore`), except a policy call of a
+  rollout whose close was emitted: no close rule can wait for a producer that is still
+  retrying (a broker's failover; the publisher never gives a record up), so such a call is
+  emitted on its own (`late_transition`), credited with the close's final reward. A second,
+  different final reward before close is "extra_final_reward"; the first one wins.
 - Everything a transition holds derives from the events (no wall clock): `transition_id` is
   a hash of rollout_id and span_id and `emitted_ns` is the closing record's timestamp, so a
   replay after a crash re-emits byte-identical transitions.
@@ -30,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from streams.cleaning import sampling_temperature
-from streams.credit import assign
+from streams.credit import Credit, assign
 from tracetrain.records import Transition
 
 ADDED, DUPLICATE, LATE, EXTRA_FINAL = "added", "duplicate", "late_event", "extra_final_reward"
@@ -59,6 +63,13 @@ class Rollout:
     closed: str | None = None
     closed_wall: float | None = None
     val_calls: int = 0  # LLM calls of `val` traffic seen (never trained on)
+    # Kept by the tombstone of a closed rollout: the span ids it knows (closed with, or
+    # emitted late since), so a re-read one is a duplicate; the final reward a call that
+    # arrives after the close is credited with (None: such calls are not emitted, the close
+    # was dead-lettered); the turn index of the next such call.
+    seen: list[str] = field(default_factory=list)
+    late_final: float | None = None
+    turns: int = 0
 
     # -- storage ----------------------------------------------------------------------------
 
@@ -90,31 +101,24 @@ class Rollout:
         """Whether a span of this id would change nothing (closed, or seen already)."""
         return bool(self.closed) or span_id in self.starts
 
+    def takes_late_call(self, span_id: str) -> bool:
+        """Closed, and a call it has not seen would still be emitted (`late_transition`)."""
+        return bool(self.closed) and self.late_final is not None and span_id not in self.seen
+
     def add_span(self, span: dict, keep: bool, ts_ns: int, wall: float, end_attribute: str,
                  val: bool = False, token_ids: tuple[list[int], list[int]] | None = None) -> str:
         """Add a span; `keep`: a call to train on (its temperature checked by the caller),
         `val`: a call of validation traffic, counted and never trained on; `token_ids`:
         (prompt, response) ids the join re-tokenised for a call recorded without them."""
-        if self.closed:
-            return LATE
         span_id = span["span_id"]
+        if self.closed:
+            return DUPLICATE if span_id in self.seen else LATE
         if span_id in self.starts:
             return DUPLICATE
         self.starts[span_id] = span["start_time_ns"]
         self.task_id = self.task_id or span.get("task_id")
         if keep:
-            llm = span["llm"]
-            prompt, response = token_ids or (llm["prompt_token_ids"], llm["response_token_ids"])
-            self.calls[span_id] = {
-                "agent_name": span.get("agent_name") or "", "task_id": span.get("task_id"),
-                "model": llm["model"], "policy_version": llm.get("policy_version"),
-                "prompt_token_ids": prompt, "response_token_ids": response,
-                # the engine's logprobs are of its own tokens: re-tokenised ids have none
-                "behaviour_logprobs": [] if token_ids else llm.get("response_logprobs") or [],
-                "sampling_temperature": sampling_temperature(span),
-                "retokenized": token_ids is not None,
-                "start": span["start_time_ns"],
-            }
+            self.calls[span_id] = kept_call(span, token_ids)
         self.val_calls += val
         if (span.get("attributes") or {}).get(end_attribute) == "true" and self.end_ts_ns is None:
             self.end_ts_ns, self.end_wall = ts_ns, wall
@@ -238,29 +242,68 @@ class Rollout:
         inter, _ = self.intermediate(order)
         credits = assign(mode, self.final_reward(), inter, gamma)
         emitted = self.emitted_ns(reason, idle_timeout_s)
-        out: list[Transition] = []
-        for turn, (span_id, credit) in enumerate(zip(order, credits, strict=True)):
-            call = self.calls[span_id]
-            out.append({
-                "transition_id": transition_id(self.rollout_id, span_id),
-                "rollout_id": self.rollout_id, "task_id": call["task_id"] or self.task_id,
-                "agent_name": call["agent_name"], "span_id": span_id, "model": call["model"],
-                "turn_index": turn, "is_last": turn == len(order) - 1,
-                "prompt_token_ids": call["prompt_token_ids"],
-                "response_token_ids": call["response_token_ids"],
-                "behaviour_logprobs": call["behaviour_logprobs"],
-                "policy_version": call["policy_version"],
-                # calls stored before the temperature was recorded have none (unknown)
-                "sampling_temperature": call.get("sampling_temperature"),
-                "retokenized": call.get("retokenized", False),
-                "final_reward": credit.final_reward,
-                "intermediate_reward": credit.intermediate_reward,
-                "credited_return": credit.credited_return,
-                "span_start_ns": call["start"], "emitted_ns": emitted,
-            })
-        return out
+        return [self._transition(span_id, self.calls[span_id], turn, turn == len(order) - 1,
+                                 credit, emitted)
+                for turn, (span_id, credit) in enumerate(zip(order, credits, strict=True))]
 
-    def close(self, reason: str, wall: float) -> None:
-        """Become a tombstone: only what recognising late events needs."""
+    def late_transition(self, span: dict, token_ids: tuple[list[int], list[int]] | None,
+                        intermediate: float, mode: str, gamma: float,
+                        idle_timeout_s: float) -> Transition:
+        """The transition of a policy call read after this rollout closed (`takes_late_call`):
+        its producer was slower than the close rules' grace, e.g. retrying through a broker's
+        failover. Credited as a last call with the close's final reward, turn index after the
+        calls already emitted (then `took_late_call`). Derived from the tombstone and the span alone: a replay re-emits it identically."""
+        [credit] = assign(mode, self.late_final, [intermediate], gamma)
+        return self._transition(span["span_id"], kept_call(span, token_ids), self.turns, True,
+                                credit, self.emitted_ns(self.closed, idle_timeout_s))
+
+    def took_late_call(self, span_id: str) -> None:
+        """The late call's transition is emitted: a re-read copy is a duplicate from now."""
+        self.seen.append(span_id)
+        self.turns += 1
+
+    def _transition(self, span_id: str, call: dict, turn: int, last: bool, credit: Credit,
+                    emitted: int) -> Transition:
+        return {
+            "transition_id": transition_id(self.rollout_id, span_id),
+            "rollout_id": self.rollout_id, "task_id": call["task_id"] or self.task_id,
+            "agent_name": call["agent_name"], "span_id": span_id, "model": call["model"],
+            "turn_index": turn, "is_last": last,
+            "prompt_token_ids": call["prompt_token_ids"],
+            "response_token_ids": call["response_token_ids"],
+            "behaviour_logprobs": call["behaviour_logprobs"],
+            "policy_version": call["policy_version"],
+            # calls stored before the temperature was recorded have none (unknown)
+            "sampling_temperature": call.get("sampling_temperature"),
+            "retokenized": call.get("retokenized", False),
+            "final_reward": credit.final_reward,
+            "intermediate_reward": credit.intermediate_reward,
+            "credited_return": credit.credited_return,
+            "span_start_ns": call["start"], "emitted_ns": emitted,
+        }
+
+    def close(self, reason: str, wall: float, emitted: bool = True) -> None:
+        """Become a tombstone: only what recognising late events needs, and, when the close
+        was `emitted` (not dead-lettered), what a late call's transition needs."""
+        self.seen = sorted(self.starts)
+        self.late_final = self.final_reward() if emitted else None
+        self.turns = len(self.calls)
         self.closed, self.closed_wall = reason, wall
         self.calls, self.starts, self.air, self.rewards = {}, {}, {}, {}
+
+
+def kept_call(span: dict, token_ids: tuple[list[int], list[int]] | None = None) -> dict:
+    """What a rollout keeps of a policy call to train on; `token_ids`: (prompt, response) ids
+    the join re-tokenised for a call recorded without them."""
+    llm = span["llm"]
+    prompt, response = token_ids or (llm["prompt_token_ids"], llm["response_token_ids"])
+    return {
+        "agent_name": span.get("agent_name") or "", "task_id": span.get("task_id"),
+        "model": llm["model"], "policy_version": llm.get("policy_version"),
+        "prompt_token_ids": prompt, "response_token_ids": response,
+        # the engine's logprobs are of its own tokens: re-tokenised ids have none
+        "behaviour_logprobs": [] if token_ids else llm.get("response_logprobs") or [],
+        "sampling_temperature": sampling_temperature(span),
+        "retokenized": token_ids is not None,
+        "start": span["start_time_ns"],
+    }

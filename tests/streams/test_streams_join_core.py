@@ -161,8 +161,12 @@ def test_duplicates_change_nothing_late_and_extra_final_events_are_dead_lettered
         extra = core.reward(reward(value=0.0) | {"timestamp_ns": 9}, 0, 4, 1.0)
         assert extra.dead == [("extra_final_reward", "the rollout already has a final reward")]
         core.closing(first.key, first.state, "final", 2.0)
-        late = core.span(llm(sid="s2"), 0, 5, 3.0)
+        late = core.span(_tool_span("r1", "t2", "s1", 5, "tool_ok"), 0, 5, 3.0)
         assert late.outcome == "late_event" and late.dead == dead and not late.changed
+        assert core.reward(reward(value=0.5, final=False), 0, 6, 3.0).dead == dead
+        # a span the rollout closed with, read again (a restart before the commit): a duplicate
+        again = core.span(llm(), 0, 7, 3.0)
+        assert again.outcome == "duplicate" and again.dead == [] and again.late == []
 
 
 def test_a_trained_call_without_token_ids_is_kept_and_dead_lettered():
@@ -294,8 +298,55 @@ def test_val_calls_never_become_transitions_and_a_val_rollout_leaves_no_dead_let
     assert transition["span_id"] == "t1"
     # A rollout of val traffic alone that never gets a reward times out quietly.
     alone = core.span(llm(rid="rv", sid="v2", **{MODE: "val"}), 0, 4, 1.0).state
-    assert plan_close(alone, "timeout", core.cfg, "spans", "air") == ClosePlan()
+    assert plan_close(alone, "timeout", core.cfg, "spans", "air") == ClosePlan(emitted=False)
     # ...while any other rollout that times out is still dead-lettered.
     other = core.span(llm(rid="ro", sid="o1"), 0, 5, 1.0).state
     assert [d.reason for d in plan_close(other, "timeout", core.cfg, "spans",
                                          "air").dead_letters] == ["rollout_timeout"]
+
+
+def test_a_policy_call_appended_after_its_rollout_closed_gets_its_transition():
+    """The loss of the production rehearsal (a broker killed -9): the agent's reward and its
+    agent span reached partition 2 right after the failover, the gateway's LLM span of the
+    same rollout a second later (its producer's retry); the rollout, quiet and with nothing
+    left to read, closed with no call in between. The late call is emitted on its own, once:
+    credited with the close's final reward, its id deterministic, a re-read copy a duplicate,
+    and a replay from the stored tombstone emits the identical transition."""
+    core = RolloutJoin(StreamsSettings(close_grace_s=0.5))
+    core.quiet_since = 0.0
+    core.reward(reward(value=0.4), 2, 3, 1.268)
+    agent = llm(sid="agent")
+    agent["kind"], agent["llm"] = "agent", None
+    applied = core.span(agent, 2, 3, 1.816)
+    assert applied.changed and applied.new_call is None
+    assert core.after_change(applied.key, applied.state, 1.816) is None
+    core.positions.read("spans", 2, 12, 4, 1.816)
+    core.positions.update({("spans", 2): 13, ("air", 2): 0, ("rewards", 2): 6}, {}, 2.35)
+    [(key, state, reason)] = list(core.due(frozenset({2}), 2.371, full=False))
+    plan = plan_close(state, reason, core.cfg, "spans", "air")
+    assert (reason, plan.transitions, plan.emitted) == ("final", [], True)
+    core.closing(key, state, reason, 2.371, plan.emitted)
+    stored = state.to_bytes(with_calls=False)  # the tombstone in the changelog
+
+    late = core.span(llm(sid="12953a3e4dce9385", start=2), 2, 2, 2.599)
+    assert late.outcome == "late_call" and late.dead == [] and not late.changed
+    [transition] = late.late
+    assert transition["span_id"] == "12953a3e4dce9385" and transition["final_reward"] == 0.4
+    assert transition["credited_return"] == 0.4 and transition["turn_index"] == 0
+    assert transition["emitted_ns"] == 3  # the final reward's record time, as a close's
+    again = core.span(llm(sid="12953a3e4dce9385", start=2), 2, 2, 3.0)
+    assert again.outcome == "duplicate" and again.late == [] and again.dead == []
+    # A restart that read the tombstone from before the late call emits the same record.
+    replay = RolloutJoin(core.cfg, load=lambda k, p: Rollout.from_bytes(stored))
+    assert replay.span(llm(sid="12953a3e4dce9385", start=2), 2, 2, 9.0).late == [transition]
+
+
+def test_a_call_after_a_dead_lettered_close_follows_it_to_the_dead_letter_queue():
+    core = RolloutJoin(StreamsSettings(idle_timeout_s=1.0))  # on_timeout: dlq
+    state = core.span(llm(), 0, 1, 1.0).state
+    plan = plan_close(state, "timeout", core.cfg, "spans", "air")
+    assert not plan.emitted and [d.reason for d in plan.dead_letters] == ["rollout_timeout"]
+    core.closing(b"r1", state, "timeout", 3.0, plan.emitted)
+    late = core.span(llm(sid="s2", start=2), 0, 2, 4.0)
+    assert late.outcome == "late_event" and late.late == []
+    assert late.dead == [("late_event", "the rollout was already closed")]

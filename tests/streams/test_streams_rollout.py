@@ -143,6 +143,7 @@ def test_late_events_duplicates_and_extra_final():
     restored = Rollout.from_bytes(state.to_bytes())
     assert restored.closed == "final" and restored.partition == 2
     assert restored.add_span(_span("b", 2), True, 5, 3.0, END) == LATE
+    assert restored.add_span(_span("a", 1), True, 5, 3.0, END) == DUPLICATE  # closed with it
     assert restored.add_reward(reward, 5, 3.0) == LATE
     assert restored.add_air({"span_id": "a", "rule": "x", "value": 1.0}, 5, 3.0) == LATE
     assert restored.close_reason(1e9, lambda ts: True, lambda since: True, 0, 1) is None
