@@ -95,7 +95,8 @@ def sampling(body: dict, prompt_ids: list[int], context: int, default_max: int) 
 
 def choices(body: dict, req: GenRequest, most: int) -> list[GenRequest]:
     """One generation per choice asked for (`n`, at most `most`). A seeded call seeds choice i
-    with seed + i, so its choices differ from each other and a repeat gives the same ones."""
+    with seed + i, so its choices differ from each other (not token for token what a lone call
+    with that seed gives: sharing decode steps moves sampled logits by float noise)."""
     n = _int(body, "n", 1, most, 1)
     if req.seed is None:
         return [replace(req) for _ in range(n)]
