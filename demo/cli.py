@@ -41,6 +41,10 @@ def demo(
     group_size: int = typer.Option(4, min=2, help="Rollouts per training problem (GRPO group)."),
     learner_threads: int = typer.Option(1, min=1, help="torch threads of the learner "
                                         "(it shares the cores with the engine)."),
+    warm_start: int = typer.Option(None, "--warm-start", min=0, help="Worked problems (of the "
+                                   "training phrasings) the learner imitates before any traffic, "
+                                   "served as version 1 (calc's openai front end; default 200 "
+                                   "there, 0 elsewhere; 0: none)."),
     engine_threads: int = typer.Option(1, min=1, help="llama-server threads of the engine (it "
                                        "shares the cores with the learner: more threads than "
                                        "free cores slow llama.cpp down)."),
@@ -74,7 +78,7 @@ def demo(
     opts = DemoOptions(task=task, front_end=front_end, minutes=minutes, workers=workers, slots=slots,
                        mode=modes[0], n_eval=n_eval, version_eval_n=version_eval, group_size=group_size,
                        temperature=temperature, lr=lr, learner_threads=learner_threads,
-                       engine_threads=engine_threads)
+                       engine_threads=engine_threads, warm_start=warm_start)
     settings = get_settings()
     if compare is not None:
         summaries = comparison.run_modes(settings, opts, modes, console)

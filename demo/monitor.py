@@ -101,6 +101,23 @@ class Monitor:
         except (MlflowException, OSError):
             pass  # the dashboard must not die with a slow server
 
+    def warm_start_step(self) -> int:
+        """Steps of the learner's warm start taken so far (its `warm_start_loss` history)."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            from mlflow import MlflowClient
+
+            self._mlflow = self._mlflow or MlflowClient(tracking_uri=self.settings.mlflow.uri)
+            exp = self._mlflow.get_experiment_by_name(self.experiment)
+            runs = [] if exp is None else self._mlflow.search_runs(
+                [exp.experiment_id], order_by=["start_time DESC"], max_results=1)
+            if runs:
+                return len(self._mlflow.get_metric_history(runs[0].info.run_id, "warm_start_loss"))
+        except (MlflowException, OSError):
+            pass
+        return 0
+
     # -- derived figures ----------------------------------------------------------------------
     def rollouts_per_s(self, window_s: float = 60.0) -> float:
         recent = self.traffic.window(window_s)

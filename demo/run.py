@@ -4,8 +4,10 @@
    (prefix `<prefix>-demo-<run>`), the engine serving the base model.
 2. Held-out accuracy of the base model (greedy, straight to the engine; cached per model,
    task, problems and agent, since greedy decoding of the same model gives the same answers).
-3. The Faust worker, the gateway in front of the engine, the learner and the reloader, then
-   the agent workers: rollouts through the gateway, rewards from the tracer.
+3. The Faust worker, the gateway in front of the engine, the learner and the reloader; for
+   calc, the learner's warm start on worked problems of the training phrasings, served as
+   version 1 before any traffic (learner/warm_start.py); then the agent workers: rollouts
+   through the gateway, rewards from the tracer.
 4. A live dashboard for `minutes`; a small held-out evaluation at each new served version.
 5. Stop the agents and the learner (its last steps are registered), wait for the reloader to
    serve the last version, held-out accuracy of it on the same problems as the base.
@@ -18,9 +20,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 from rich.console import Console
@@ -61,6 +65,23 @@ class DemoOptions:
     checkpoint_every: int = 3  # learner steps per registered version
     learner_threads: int | None = 1
     engine_threads: int | None = 1
+    # Problems worked as demonstrations for the learner's warm start before any traffic (its
+    # version is served first); None: the task's default (WARM_START).
+    warm_start: int | None = None
+
+    @property
+    def warm_start_problems(self) -> int:
+        return WARM_START.get((self.task, self.front_end), 0) if self.warm_start is None \
+            else self.warm_start
+
+
+# Calc's base model solves 1.5% of its problems: too few successes for `sft` to imitate or
+# for `rl` groups to tell apart. Worked problems first (learner/warm_start.py): one pass over
+# 300 at 1e-3 took held-out accuracy to 0.395 (2 threads, 11 minutes); 200 fit the demo's
+# 30 minutes (about 7 of them) and leave the rest to traffic.
+WARM_START = {("calc", "openai"): 200}
+WARM_START_LR = 1e-3
+WARM_START_SEED = 500_009  # neither a traffic round's seed (demo/traffic.py) nor the held-out one
 
 
 def demo_settings(settings: Settings, opts: DemoOptions, task: Task, run_id: str) -> Settings:
@@ -69,7 +90,10 @@ def demo_settings(settings: Settings, opts: DemoOptions, task: Task, run_id: str
     learner = settings.learner.model_copy(update={
         "mode": opts.mode, "lr": opts.lr, "group_size": opts.group_size,
         "batch_timeout_s": 20.0, "group_wait_s": 30.0, "checkpoint_every_steps": opts.checkpoint_every,
-        "staleness_policy": "downweight", "threads": opts.learner_threads})
+        "staleness_policy": "downweight", "threads": opts.learner_threads,
+        # no traffic runs until the warm start's version is served: it may take every core
+        **({"warm_start": warm_start_file(settings, run_id), "warm_start_lr": WARM_START_LR,
+            "warm_start_threads": os.cpu_count()} if opts.warm_start_problems else {})})
     engine = settings.engine.model_copy(update={"threads": opts.engine_threads,
                                                 "slots": opts.slots})
     streams = settings.streams.model_copy(update={
@@ -86,6 +110,10 @@ def demo_settings(settings: Settings, opts: DemoOptions, task: Task, run_id: str
         "download_dir": settings.home_dir / "demo" / run_id / "versions", "engine_urls": []})
     return settings.model_copy(update={"learner": learner, "engine": engine, "streams": streams, "mlflow": mlflow,
                                        "topics": topic_cfg, "gateway": gateway, "reloader": reloader})
+
+
+def warm_start_file(settings: Settings, run_id: str) -> Path:
+    return settings.home_dir / "demo" / run_id / "warm_start.jsonl"
 
 
 def _base_cache_key(settings: Settings, task: Task, problems: list) -> str:
@@ -114,6 +142,10 @@ class DemoRun:
         self.engine_url = engine_url(self.settings)
         self.heldout_problems = self.task.problems(opts.n_eval, evaluate.HELD_OUT_SEED, self.folder,
                                                    split="heldout")
+        if opts.warm_start_problems:  # written now: a task without demonstrations fails at once
+            rows = self.task.demonstrations(opts.warm_start_problems, WARM_START_SEED)
+            warm_start_file(settings, self.run_id).write_text(
+                "".join(json.dumps(row) + "\n" for row in rows))
 
     # -- the stack ----------------------------------------------------------------------------
     def _say(self, text: str) -> None:
@@ -185,6 +217,37 @@ class DemoRun:
                     HeldOut(str(version), len(rewards), sum(rewards) / len(rewards), time.time()))
             stop.wait(2.0)
 
+    def _await_warm_start(self, monitor: Monitor) -> float:
+        """Traffic waits until the engine serves the warm start's version: the base model's
+        rollouts would teach next to nothing meanwhile and slow the warm start down. Returns
+        its minutes."""
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        s, started = self.settings, time.time()
+        demonstrations = len(s.learner.warm_start.read_text().splitlines())
+        total = -(-demonstrations // s.learner.batch_size) * s.learner.warm_start_epochs
+        self._say(f"warm start: the learner trains {demonstrations} demonstrations of "
+                  f"{self.opts.warm_start_problems} worked problems ({total} steps); traffic "
+                  "starts once the engine serves them")
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=self.console) as bar:
+            job = bar.add_task("warm start steps", total=total)
+            while (monitor.poll().policy_version or 0) < 1:
+                self._check_alive()
+                bar.update(job, completed=monitor.warm_start_step())
+                time.sleep(3.0)
+            bar.update(job, completed=total)
+        minutes = (time.time() - started) / 60
+        self._say(f"warm start served as policy version {monitor.snapshot.policy_version} "
+                  f"after {minutes:.1f} minutes")
+        return round(minutes, 2)
+
     def _serve_last_version(self, monitor: Monitor, timeout_s: float = 120.0) -> None:
         """Wait until the engine serves the newest registered version's policy version."""
         from mlflow import MlflowClient
@@ -223,6 +286,7 @@ class DemoRun:
             if opts.version_eval_n:
                 background.append(threading.Thread(target=self._version_evals,
                                                    args=(monitor, stop), daemon=True))
+            warm_minutes = self._await_warm_start(monitor) if opts.warm_start_problems else None
             train_started = time.time()
             traffic.start()
             for thread in background:
@@ -265,6 +329,7 @@ class DemoRun:
                 "rollouts_per_min": round(len(traffic.stats.episodes) / max(
                     1e-9, (traffic_ended - train_started) / 60), 2),
                 "eval_seconds": round(eval_seconds, 1),
+                "warm_start_problems": opts.warm_start_problems, "warm_start_minutes": warm_minutes,
                 "heldout_per_version": [report.heldout_point(h, train_started)
                                         for h in monitor.snapshot.heldout],
                 "agent_errors": traffic.stats.errors, "mlflow_ui": s.mlflow.uri,

@@ -46,6 +46,18 @@ class Task:
             return rag_questions.generate(n, seed, split=split)
         return sql_databases.generate(n, seed, folder / f"sql-dbs-{seed}")
 
+    def demonstrations(self, n: int, seed: int) -> list[dict]:
+        """Worked examples of `n` problems in the `train` split's phrasings, for the learner's
+        warm start (learner/warm_start.py): calc's plain agent only, whose problems carry the
+        expression that solves them."""
+        if (self.name, self.front_end) != ("calc", "openai"):
+            raise DemoError(f"a warm start: demonstrations are written for the calc task's openai "
+                            f"front end, not for {self.name} on {self.front_end} (use "
+                            "--warm-start 0)")
+        agent = CalcAgent("http://127.0.0.1:9/v1")  # never called: it only writes the messages
+        return [row for problem in calc_problems.generate(n, seed, split="train")
+                for row in agent.worked(problem)]
+
     def read(self, path: Path) -> list[Any]:
         reader = {"calc": calc_problems.read_jsonl, "rag": rag_questions.read_jsonl,
                   "sql": sql_databases.read_jsonl}[self.name]

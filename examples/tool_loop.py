@@ -22,6 +22,8 @@ import openai
 
 from examples.errors import ExamplesError
 
+RESULT = "Result: "  # what precedes a tool's result in the user turn that returns it
+
 
 class ToolLoopAgent:
     TOOL = ""          # the tool's name in `<tool>NAME: ...</tool>` and in its spans
@@ -77,7 +79,7 @@ class ToolLoopAgent:
                 break
             calls += 1
             try:
-                result = f"Result: {call_tool(call.group(1))}"
+                result = f"{RESULT}{call_tool(call.group(1))}"
             except ExamplesError as exc:
                 errors += 1
                 result = f"Error: {exc}"

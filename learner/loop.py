@@ -10,7 +10,9 @@ consumed offsets to Kafka (in one Kafka transaction, learner/fencing.py). On sta
 fences every learner started on the experiment before (they can no longer register), then
 loads the experiment's newest checkpoint and seeks to the offsets stored in it, whatever the
 group's committed offsets say: with the dedupe window of transition ids in the same checkpoint,
-each transition changes the model once.
+each transition changes the model once. A learner that starts with no checkpoint and a
+`warm_start` file first trains those demonstrations and registers them as its first version
+(learner/warm_start.py).
 
 A broken model is never registered: a step whose loss or gradient is not finite is not taken
 and its transitions go to the DLQ (non_finite_loss, non_finite_grad); before registering, the
@@ -31,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from threading import Event
 
+from learner import warm_start
 from learner.advantages import GroupBuffer, make_advantage
 from learner.batches import TransitionBatcher
 from learner.checkpoints import CheckpointStore, SavedCheckpoint
@@ -183,6 +186,9 @@ def run_learner(
             on_step(policy.step, {**step_metrics, "version": policy_version})
 
     try:
+        if found is None and learner.warm_start is not None:
+            warm_start_first(policy, result, store, metrics)
+            checkpoint()
         while True:
             if stop is not None and stop.is_set():
                 break
@@ -228,6 +234,24 @@ def run_learner(
         if ranks is not None:  # (a leader that fails earlier exits, and torchrun stops them)
             ranks.dismiss()
     return result
+
+
+def warm_start_first(policy, result: LoopResult, store: CheckpointStore,
+                     metrics: LearnerMetrics) -> None:
+    """The warm start's steps (learner/warm_start.py), in the ledger like any step's."""
+    learner = policy.learner
+
+    def logged(k: int, total: int, step_metrics: dict) -> None:
+        metrics.stepped(learner.batch_size, step_metrics, step_metrics.get("step_s", 0.0))
+        if k == 1 or k == total or k % 10 == 0:
+            log.info("warm start: step %d/%d, loss %.4f", k, total, step_metrics["loss"])
+        store.log_metrics({f"warm_start_{name}": value for name, value in step_metrics.items()},
+                          policy.step)
+
+    for batch in warm_start.steps(policy, learner.warm_start, learner.warm_start_epochs,
+                                  learner.warm_start_threads, logged):
+        result.steps += 1
+        result.ledger.append([t["transition_id"] for t in batch])
 
 
 def _window_of(ledger: list[list[str]], buffer: GroupBuffer | None) -> dict:

@@ -20,7 +20,7 @@ from examples.calc.problems import Problem
 from examples.calc.reward import reward
 from examples.errors import ExamplesError
 from examples.prompts import load_prompt
-from examples.tool_loop import ToolLoopAgent
+from examples.tool_loop import RESULT, ToolLoopAgent
 
 SYSTEM_PROMPT = (
     "You solve arithmetic problems exactly. To compute, write one line "
@@ -67,12 +67,29 @@ class CalcAgent(ToolLoopAgent):
     def _run_calculator(expression: str) -> str:
         return format_number(evaluate(expression))
 
+    def opening(self, problem: Problem) -> list[dict]:
+        """The messages of the first call: the prompt, the worked exchange, the problem."""
+        return [{"role": "system", "content": self.system_prompt}, *DEMONSTRATION,
+                {"role": "user", "content": problem.question}]
+
+    def worked(self, problem: Problem) -> list[dict]:
+        """The problem solved as the agent should: one demonstration per call, in TRL's
+        conversational prompt-completion form (the learner's warm start, learner/warm_start.py)
+        over exactly the messages this agent sends: the expression the problem was made from,
+        then the answer after its result."""
+        call = f"<tool>calc: {problem.expression}</tool>"
+        first = self.opening(problem)
+        second = [*first, {"role": "assistant", "content": call},
+                  {"role": "user", "content": RESULT + self._run_calculator(problem.expression)}]
+        return [{"prompt": first, "completion": [{"role": "assistant", "content": call}]},
+                {"prompt": second, "completion": [{"role": "assistant",
+                                                   "content": f"ANSWER: {problem.answer}"}]}]
+
     def solve(self, problem: Problem, task_id: str | None = None, seed: int | None = None) -> Episode:
         task_id = task_id or f"calc-{abs(hash(problem.question)) % 10**10}"
         with self.rollout(task_id) as (rollout_id, publish):
             episode = Episode(problem, rollout_id)
-            episode.transcript = [{"role": "system", "content": self.system_prompt}, *DEMONSTRATION,
-                                  {"role": "user", "content": problem.question}]
+            episode.transcript = self.opening(problem)
             episode.final_text, episode.tool_calls, episode.tool_errors = self.loop(
                 episode.transcript, task_id, rollout_id, seed, self._calc)
             episode.reward = reward(episode.final_text, problem.answer)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel, Field, model_validator
 
 from tracetrain.modes import (
@@ -92,6 +94,20 @@ class LearnerSettings(BaseModel):
         3600.0, gt=0, description="How long ranks 1..N-1 wait for rank 0's next command. Rank "
         "0 sends one at least every `batch_timeout_s` while it runs, but a Kafka or MLflow "
         "outage it waits out (a checkpoint's registration) sends none."
+    )
+    warm_start: Path | None = Field(
+        None, description="A JSONL file of demonstrations (TRL's conversational prompt-"
+        "completion form) trained on before any traffic, once, when the learner starts with no "
+        "registered checkpoint; its result is registered as the first version "
+        "(learner/warm_start.py)."
+    )
+    warm_start_epochs: int = Field(1, ge=1, description="Passes over the warm start's file.")
+    warm_start_lr: float | None = Field(
+        None, gt=0, description="Learning rate of the warm start's steps (unset: `lr`)."
+    )
+    warm_start_threads: int | None = Field(
+        None, ge=1, description="torch threads during the warm start (unset: `threads`); the "
+        "demo gives it every core, as no traffic runs until its version is served."
     )
     dedupe_window: int = Field(200_000, ge=1, description="Transition ids remembered for dedupe.")
     seed: int = 0

@@ -1,0 +1,122 @@
+"""The learner's warm start: demonstrations trained before traffic, registered as version 1,
+once (learner/warm_start.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from mlflow import MlflowClient
+from transformers import AutoModelForCausalLM
+
+from demo.errors import DemoError
+from demo.tasks import get_task
+from examples.calc.agent import CalcAgent
+from examples.calc.calculator import evaluate
+from examples.calc.problems import generate
+from examples.calc.reward import reward
+from learner import warm_start
+from learner.errors import LearnerError
+from learner.loop import run_learner
+from testkit.learner import learner_settings, make_transition, produce
+
+DEMOS = [{"prompt": [{"role": "user", "content": f"What does the parrot say on day {i}?"}],
+          "completion": [{"role": "assistant", "content": "Polly wants a cracker."}]}
+         for i in range(6)]
+
+
+def _write(path, rows) -> None:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def test_a_malformed_demonstration_is_refused_naming_its_line(tmp_path):
+    path = tmp_path / "demos.jsonl"
+    _write(path, [DEMOS[0], {"prompt": DEMOS[0]["prompt"], "completion": "a bare string"}])
+    with pytest.raises(LearnerError, match=r"demos.jsonl:2: not a demonstration.*expected"):
+        warm_start.read_demonstrations(path)
+    with pytest.raises(LearnerError, match="no such file"):
+        warm_start.read_demonstrations(tmp_path / "missing.jsonl")
+    path.write_text("\n")
+    with pytest.raises(LearnerError, match="holds no demonstration"):
+        warm_start.read_demonstrations(path)
+
+
+def test_a_worked_calc_problem_is_what_the_agent_sends_and_solves_it():
+    agent = CalcAgent("http://127.0.0.1:9/v1")
+    for problem in generate(12, seed=3):
+        first, second = agent.worked(problem)
+        assert first["prompt"] == agent.opening(problem)
+        call = first["completion"][0]["content"]
+        assert call == f"<tool>calc: {problem.expression}</tool>"
+        assert evaluate(problem.expression) == problem.answer
+        # the second call sees the first's answer and the calculator's result, as in a rollout
+        assert second["prompt"][:-2] == first["prompt"]
+        assert second["prompt"][-2:] == [{"role": "assistant", "content": call},
+                                         {"role": "user", "content": f"Result: {problem.answer}"}]
+        assert reward(second["completion"][0]["content"], problem.answer) == 1.0
+    rows = get_task("calc").demonstrations(5, seed=11)
+    assert len(rows) == 10 and len({json.dumps(r) for r in rows}) == 10
+    with pytest.raises(DemoError, match="--warm-start 0"):
+        get_task("sql").demonstrations(5, seed=11)
+
+
+def _completion_logprob(model, t: dict) -> float:
+    ids = torch.tensor([t["prompt_token_ids"] + t["response_token_ids"]])
+    with torch.no_grad():
+        logps = model(input_ids=ids).logits[0, :-1].float().log_softmax(-1)
+    start = len(t["prompt_token_ids"]) - 1
+    return float(logps[start:].gather(1, ids[0, start + 1:, None]).sum())
+
+
+@pytest.mark.integration
+@pytest.mark.mlflow
+@pytest.mark.parametrize("mode", ["sft", "rl"])
+def test_the_warm_start_is_learnt_registered_first_and_taken_once(
+        mode, tmp_path, kafka_settings, mlflow_server, tiny_model_dir):
+    path = tmp_path / "demos.jsonl"
+    _write(path, DEMOS)
+    base = kafka_settings.model_copy(update={"mlflow": mlflow_server})
+    # The whole tiny model is trained: a LoRA of its random 32-wide layers barely moves the
+    # demonstrations' likelihood (measured: 1 nat in 12 steps at 5e-2), the whole model does.
+    settings = learner_settings(base, tiny_model_dir, mode=mode, batch_size=2, lr=1e-4,
+                                full_finetune=True, advantage="batch", checkpoint_every_steps=50,
+                                warm_start=path, warm_start_epochs=2, warm_start_lr=1e-2,
+                                warm_start_threads=1)
+    model = f"warm-{mode}-{settings.learner.group_id}"
+    traffic = [make_transition(i, ret=float(i % 2)) for i in range(2)]
+    produce(settings, traffic)
+    warm_steps = 2 * len(DEMOS) // 2
+    first = run_learner(settings, experiment=f"warm-{mode}", model_name=model,
+                        until_step=warm_steps + 1, max_seconds=240)
+
+    # the demonstrations first, each epoch's in its own order, then the traffic
+    ids = [tid for step in first.ledger[:warm_steps] for tid in step]
+    assert all(tid.startswith("warm:") for tid in ids) and len(ids) == 2 * len(DEMOS)
+    epochs = [ids[k:k + len(DEMOS)] for k in range(0, len(ids), len(DEMOS))]
+    assert all(sorted(e) == sorted(epochs[0]) for e in epochs) and epochs[0] != epochs[1]
+    assert sorted(first.ledger[warm_steps]) == sorted(t["transition_id"] for t in traffic)
+    # the warm start's own rate, then the learner's again for the traffic
+    assert [g["lr"] for g in first.policy.optimizer.param_groups] == [1e-4] * len(
+        first.policy.optimizer.param_groups)
+    # version 1 is the warm start alone, registered before any traffic was trained
+    client = MlflowClient(mlflow_server.uri)
+    v1 = client.get_model_version(model, "1")
+    assert v1.tags["step"] == str(warm_steps) and v1.tags["policy_version"] == "1"
+
+    # it learnt the demonstrations: each is far likelier than under the base model
+    policy = first.policy.model
+    policy.eval()
+    base_model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    for t in warm_start.transitions(path, first.policy.tokenizer):
+        learnt, before = _completion_logprob(policy, t), _completion_logprob(base_model, t)
+        assert learnt > before + 10.0, (learnt, before)
+
+    # a restart resumes from the registered checkpoint and does not warm start again
+    produce(settings, [make_transition(9, ret=1.0)])
+    second = run_learner(settings, experiment=f"warm-{mode}", model_name=model,
+                         until_step=warm_steps + 2, max_seconds=240)
+    assert second.resumed_from is not None
+    again = [tid for step in second.ledger for tid in step if tid.startswith("warm:")]
+    assert sorted(again) == sorted(ids)  # the first run's, kept in the ledger: none retrained
+    assert second.policy.step == warm_steps + 2
