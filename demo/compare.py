@@ -9,6 +9,12 @@ same held-out problems. Each run keeps its own folder `home/demo/<run>/`. Then w
 `home/demo/compare-<time>/compare.png` (held-out accuracy against minutes of training, one line
 per mode) and `compare.json`, copies the picture to `home/demo/compare.png`, and returns the
 JSON line the CLI prints: each mode's base and final accuracy, n, minutes and versions.
+
+    python -m demo.compare DIR/summary.json OTHER/summary.json [--out FOLDER]
+
+draws the same picture from runs made one at a time (`tracetrain demo --mode ...` with the same
+other options: the problems come from the same fixed seeds), when a machine cannot give the
+modes one long sitting.
 """
 
 from __future__ import annotations
@@ -118,3 +124,28 @@ def save(summaries: list[dict], demo_dir: Path, stamp: str | None = None) -> dic
     (folder / "compare.json").write_text(json.dumps(result, indent=1) + "\n")
     (demo_dir / "compare.png").write_bytes(png.read_bytes())
     return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m demo.compare", description="The "
+                                     "comparison picture and JSON line from demo runs' "
+                                     "summary.json files (one per mode, same options).")
+    parser.add_argument("summaries", nargs="+", type=Path)
+    parser.add_argument("--out", type=Path, default=Path(".tracetrain/demo"),
+                        help="where compare-<time>/ and compare.png go (default: %(default)s)")
+    args = parser.parse_args(argv)
+    runs = []
+    for path in args.summaries:
+        if not path.is_file():
+            parser.error(f"{path}: no such summary (expected a demo run's summary.json)")
+        runs.append(json.loads(path.read_text()))
+    if len({run["mode"] for run in runs}) != len(runs):
+        parser.error(f"modes {[run['mode'] for run in runs]}: expected one run per mode")
+    args.out.mkdir(parents=True, exist_ok=True)
+    print(json.dumps(save(runs, args.out)))
+
+
+if __name__ == "__main__":
+    main()

@@ -53,6 +53,23 @@ def test_one_picture_and_the_json_line_of_every_mode(tmp_path):
     assert json.loads((png.parent / "compare.json").read_text()) == result
 
 
+def test_runs_made_one_at_a_time_are_compared_from_their_summaries(tmp_path, capsys):
+    paths = []
+    for summary in SUMMARIES:
+        paths.append(tmp_path / f"{summary['mode']}.json")
+        paths[-1].write_text(json.dumps(summary))
+    compare.main([*map(str, paths), "--out", str(tmp_path / "out")])
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert line["compare"]["rl"]["final_accuracy"] == 0.77 and set(line["compare"]) == {"rl", "sft"}
+    assert (tmp_path / "out" / "compare.png").read_bytes() == open(line["png"], "rb").read()
+    with pytest.raises(SystemExit):
+        compare.main([str(paths[0]), str(paths[0])])  # the same mode twice
+    assert "one run per mode" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        compare.main([str(tmp_path / "nothing.json")])
+    assert "no such summary" in capsys.readouterr().err
+
+
 def test_a_mode_line_runs_from_the_base_through_its_checks_to_the_final():
     assert compare.curve(SUMMARIES[0]) == ([0.0, 2.5, 6.0, 14.25], [0.145, 0.4, 0.7, 0.77])
     without_checks = {**SUMMARIES[1], "heldout_per_version": []}
