@@ -57,13 +57,13 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest -q
 
-# Only the unit tests: no test that uses a broker, MLflow, the model or a stage's process
-# (markers derived from fixtures, tests/conftest.py). pytest's last line says how many ran.
-# The production rehearsal (tests/infra/test_production_rehearsal.py, about 7 minutes): not in
-# `make test` yet, because it does not pass reliably (README, "The production profile").
+# The production rehearsal alone (tests/infra/test_production_rehearsal.py, about 7 minutes;
+# `make test` runs it too, README, "The production profile without Docker").
 rehearsal: setup
 	$(BIN)/python -m pytest -q -s -m rehearsal tests/infra/test_production_rehearsal.py
 
+# Only the unit tests: no test that uses a broker, MLflow, the model or a stage's process
+# (markers derived from fixtures, tests/conftest.py). pytest's last line says how many ran.
 FAST_TIER := not integration and not mlflow and not model and not processes and not faults and not slow and not gpu
 
 test-fast: setup

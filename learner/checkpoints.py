@@ -2,7 +2,8 @@
 
     store = CheckpointStore(settings, experiment="tracetrain", model_name="tracetrain-policy")
     info = store.save(policy, extra_state, step=8, offsets={...}, metrics={...})
-    found = store.latest()      # (version, local dir) of the newest checkpoint of the experiment
+    found = store.latest(into)  # (version, local dir) of the newest checkpoint of the experiment
+    local = store.download(version, into)   # any registered version's checkpoint
 
 Writes, per checkpoint: the adapter plus `trainer_state.pt` (optimizer, scheduler, RNG, offsets,
 ledger) as artifacts `checkpoints/step-NNNNNNNN/` of the learner's MLflow run; a new version of
@@ -178,11 +179,15 @@ class CheckpointStore:
 
     def latest(self, into: Path) -> tuple[object, Path] | None:
         """The newest registered checkpoint of the experiment, downloaded under `into`."""
-        from mlflow.artifacts import download_artifacts
-
         versions = self.versions()
         if not versions:
             return None
-        newest = versions[-1]
-        local = download_artifacts(artifact_uri=newest.source, dst_path=str(into))
-        return newest, Path(local)
+        return versions[-1], self.download(versions[-1], into)
+
+    @staticmethod
+    def download(version, into: Path) -> Path:
+        """The local directory of a registered version's checkpoint (adapter or model, and
+        `trainer_state.pt`: what `PolicyTrainer.load` resumes from), downloaded under `into`."""
+        from mlflow.artifacts import download_artifacts
+
+        return Path(download_artifacts(artifact_uri=version.source, dst_path=str(into)))
