@@ -92,7 +92,10 @@ def plot(summaries: list[dict], path: Path) -> Path:
         ax.plot(minutes, accuracy, "-", color=color, alpha=0.7,
                 label=f"{summary['mode']}: {summary['base_accuracy']:.3f} -> "
                       f"{summary['final_accuracy']:.3f} (n={summary['n']}), "
-                      f"{summary['versions']} versions")
+                      f"{summary['versions']} versions"
+                      # minute 0 comes after it: the warm start is served before any traffic
+                      + (f", after a {summary['warm_start_minutes']:.1f}-minute warm start"
+                         if summary.get("warm_start_minutes") else ""))
         ax.plot(minutes[1:-1], accuracy[1:-1], "o", color=color, markersize=4)
         ax.plot([minutes[0], minutes[-1]], [accuracy[0], accuracy[-1]], "s", color=color,
                 markersize=7)
