@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from mlflow import MlflowClient
 from rich.console import Console
 
 from demo.run import DemoOptions, DemoRun
@@ -50,18 +51,23 @@ def test_short_loop_registers_reloads_and_serves_the_new_version(kafka_broker, m
             for section, key in (("engine", "port"), ("gateway", "port"), ("streams", "web_port"),
                                  ("learner", "metrics_port"), ("reloader", "metrics_port"))}
     settings = settings.model_copy(update=free)
+    # a warm start of 8 worked problems: 16 demonstrations, 2 steps of 8, then the traffic
     opts = DemoOptions(task="calc", minutes=3.0, workers=4, mode="rl", n_eval=8,
-                       version_eval_n=0, checkpoint_every=1)
+                       version_eval_n=0, checkpoint_every=1, warm_start=8)
     run = DemoRun(settings, opts, Console(file=open(os.devnull, "w")))
     summary = run.run()
 
-    assert summary["versions"] >= 1, summary
-    assert summary["final_policy_version"] >= 1, "the engine never served a trained version"
+    assert summary["warm_start_problems"] == 8 and summary["warm_start_minutes"] > 0, summary
+    assert summary["versions"] >= 2, summary
+    assert summary["final_policy_version"] >= 2, "the engine never served a traffic-trained version"
     assert summary["mean_reload_s"] is not None and summary["mean_reload_s"] > 0
     assert summary["rollouts"] > 0 and summary["transitions"] > 0
     llm = [s["llm"] for s in _spans(run.settings) if s["kind"] == "llm"]
     versions = {x["policy_version"] for x in llm}
-    assert 0 in versions and max(versions) >= 1, versions  # spans of the new policy arrived
+    # no traffic before the warm start was served; spans of a traffic-trained policy arrived
+    assert min(versions) >= 1 and max(versions) >= 2, versions
+    warm = MlflowClient(mlflow_server.uri).get_model_version(run.settings.mlflow.registered_model, "1")
+    assert warm.tags["step"] == "2", warm.tags  # version 1 is the warm start alone
     saved = json.loads((tmp_path / "demo" / "summary.json").read_text())
     assert {"task", "base_accuracy", "final_accuracy", "n", "minutes", "versions",
             "mean_reload_s"} <= set(saved)
