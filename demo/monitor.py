@@ -83,37 +83,36 @@ class Monitor:
         from mlflow.exceptions import MlflowException
 
         try:
-            if self._mlflow is None:
-                from mlflow import MlflowClient
-
-                self._mlflow = MlflowClient(tracking_uri=self.settings.mlflow.uri)
-            exp = self._mlflow.get_experiment_by_name(self.experiment)
-            if exp is not None:
-                runs = self._mlflow.search_runs([exp.experiment_id], order_by=["start_time DESC"],
-                                                max_results=1)
-                if runs:
-                    s.learner = {k: v for k, v in runs[0].data.metrics.items() if k in LEARNER_KEYS}
-                    history = self._mlflow.get_metric_history(runs[0].info.run_id, "loss")
-                    s.learner_step = history[-1].step if history else None
+            run = self._learner_run()
+            if run is not None:
+                s.learner = {k: v for k, v in run.data.metrics.items() if k in LEARNER_KEYS}
+                history = self._mlflow.get_metric_history(run.info.run_id, "loss")
+                s.learner_step = history[-1].step if history else None
             versions = self._mlflow.search_model_versions(
                 f"name='{self.settings.mlflow.registered_model}'")
             s.versions = len(versions)
         except (MlflowException, OSError):
             pass  # the dashboard must not die with a slow server
 
+    def _learner_run(self):
+        """The experiment's newest MLflow run (the learner's), or None."""
+        if self._mlflow is None:
+            from mlflow import MlflowClient
+
+            self._mlflow = MlflowClient(tracking_uri=self.settings.mlflow.uri)
+        exp = self._mlflow.get_experiment_by_name(self.experiment)
+        runs = [] if exp is None else self._mlflow.search_runs(
+            [exp.experiment_id], order_by=["start_time DESC"], max_results=1)
+        return runs[0] if runs else None
+
     def warm_start_step(self) -> int:
         """Steps of the learner's warm start taken so far (its `warm_start_loss` history)."""
         from mlflow.exceptions import MlflowException
 
         try:
-            from mlflow import MlflowClient
-
-            self._mlflow = self._mlflow or MlflowClient(tracking_uri=self.settings.mlflow.uri)
-            exp = self._mlflow.get_experiment_by_name(self.experiment)
-            runs = [] if exp is None else self._mlflow.search_runs(
-                [exp.experiment_id], order_by=["start_time DESC"], max_results=1)
-            if runs:
-                return len(self._mlflow.get_metric_history(runs[0].info.run_id, "warm_start_loss"))
+            run = self._learner_run()
+            if run is not None:
+                return len(self._mlflow.get_metric_history(run.info.run_id, "warm_start_loss"))
         except (MlflowException, OSError):
             pass
         return 0

@@ -240,16 +240,13 @@ def warm_start_first(policy, result: LoopResult, store: CheckpointStore,
                      metrics: LearnerMetrics) -> None:
     """The warm start's steps (learner/warm_start.py), in the ledger like any step's."""
     learner = policy.learner
-
-    def logged(k: int, total: int, step_metrics: dict) -> None:
-        metrics.stepped(learner.batch_size, step_metrics, step_metrics.get("step_s", 0.0))
+    for k, total, batch, step_metrics in warm_start.steps(
+            policy, learner.warm_start, learner.warm_start_epochs, learner.warm_start_threads):
+        metrics.stepped(len(batch), step_metrics, step_metrics.get("step_s", 0.0))
         if k == 1 or k == total or k % 10 == 0:
             log.info("warm start: step %d/%d, loss %.4f", k, total, step_metrics["loss"])
         store.log_metrics({f"warm_start_{name}": value for name, value in step_metrics.items()},
                           policy.step)
-
-    for batch in warm_start.steps(policy, learner.warm_start, learner.warm_start_epochs,
-                                  learner.warm_start_threads, logged):
         result.steps += 1
         result.ledger.append([t["transition_id"] for t in batch])
 

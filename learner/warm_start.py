@@ -35,7 +35,7 @@ import hashlib
 import json
 import logging
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -99,10 +99,10 @@ def transitions(path: Path, tokenizer) -> list[dict]:
     return rows
 
 
-def steps(policy, path: Path, epochs: int, threads: int | None,
-          on_step: Callable[[int, int, dict], None] | None = None) -> Iterator[list[dict]]:
-    """Trains the warm start, yielding each step's transitions once it is taken; `on_step(k,
-    total, metrics)` after each. `threads`: torch threads meanwhile (no traffic is trained yet,
+def steps(policy, path: Path, epochs: int, threads: int | None
+          ) -> Iterator[tuple[int, int, list[dict], dict]]:
+    """Trains the warm start, yielding (k, total steps, the step's transitions, its metrics)
+    once each step is taken. `threads`: torch threads meanwhile (no traffic is trained yet,
     so the caller may give it every core), then back to what they were."""
     learner = policy.learner
     rows = transitions(path, policy.tokenizer)
@@ -122,10 +122,7 @@ def steps(policy, path: Path, epochs: int, threads: int | None,
         with learning_rate(policy, learner.warm_start_lr or learner.lr):
             for k, batch in enumerate(batches, 1):
                 ones = [1.0] * len(batch)
-                metrics = policy.train_step(batch, ones, ones)
-                if on_step is not None:
-                    on_step(k, len(batches), metrics)
-                yield batch
+                yield k, len(batches), batch, policy.train_step(batch, ones, ones)
     finally:
         torch.set_num_threads(before)
 
