@@ -5,7 +5,7 @@
 
 Both loops run in this process, step for step interleaved, on the same tensors (a fixed batch of transitions of
 `--tokens` prompt+response tokens), the same base model (default: SmolLM2-135M-Instruct as
-safetensors, `resolve_base_model`), the same LoRA (r from settings, q_proj/v_proj), fp32,
+safetensors, `resolve_base_model`), the same LoRA (r and target layers from settings), fp32,
 after one warm-up step each. Then one checkpoint is registered in a real MLflow server started
 here (no Kafka: the Checkpoint announcement is skipped). Prints, last, one JSON line:
 ratio (ours tokens/s / bare tokens/s), tokens_per_s, bare_tokens_per_s, peak_rss_mb,
@@ -33,7 +33,7 @@ from infra import mlflow_server, processes
 from learner.advantages import BatchAdvantage
 from learner.checkpoints import CheckpointStore
 from learner.distributed import follow, join
-from learner.trainer import LORA_TARGETS, PolicyTrainer
+from learner.trainer import PolicyTrainer
 from tracetrain.base_model import DEFAULT_MODEL, resolve_base_model
 from tracetrain.settings import load_settings, settings_env
 from tracetrain.settings.infra import MlflowSettings
@@ -63,7 +63,7 @@ def bare_peft(model_dir: Path, settings, inputs: dict):
     base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     model = get_peft_model(base, LoraConfig(r=settings.learner.lora_r,
                                             lora_alpha=settings.learner.lora_alpha,
-                                            lora_dropout=0.0, target_modules=LORA_TARGETS,
+                                            lora_dropout=0.0, target_modules=list(settings.learner.lora_targets),
                                             task_type="CAUSAL_LM"))
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]

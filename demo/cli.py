@@ -20,7 +20,7 @@ console = Console()
 
 
 def demo(
-    minutes: float = typer.Option(12.0, help="Minutes of training traffic (evaluations and "
+    minutes: float = typer.Option(10.0, help="Minutes of training traffic (evaluations and "
                                   "start-up come on top; the defaults end within 30 minutes)."),
     task: str = typer.Option("calc", help=f"One of: {', '.join(TASKS)}."),
     front_end: str = typer.Option("openai", "--front-end", help=FRONT_END_HELP),
@@ -37,13 +37,17 @@ def demo(
                                      "version (0: none)."),
     temperature: float = typer.Option(0.3, min=0.0, help="Sampling temperature of the agents "
                                       "(exploration)."),
-    lr: float = typer.Option(5e-4, min=0.0, help="Learning rate of the learner."),
+    lr: float = typer.Option(3e-4, min=0.0, help="Learning rate of the learner on traffic."),
+    lora_targets: str = typer.Option("all", "--lora-targets", help="Layers the LoRA adapts: "
+                                     "'all' (the seven linear layers of each block), "
+                                     "'attention' (q_proj,v_proj: the learner's own default) or "
+                                     "a comma-separated list of module names."),
     group_size: int = typer.Option(4, min=2, help="Rollouts per training problem (GRPO group)."),
     learner_threads: int = typer.Option(1, min=1, help="torch threads of the learner "
                                         "(it shares the cores with the engine)."),
     warm_start: int = typer.Option(None, "--warm-start", min=0, help="Worked problems (of the "
                                    "training phrasings) the learner imitates before any traffic, "
-                                   "served as version 1 (calc's openai front end; default 200 "
+                                   "served as version 1 (calc's openai front end; default 250 "
                                    "there, 0 elsewhere; 0: none)."),
     engine_threads: int = typer.Option(1, min=1, help="llama-server threads of the engine (it "
                                        "shares the cores with the learner: more threads than "
@@ -78,7 +82,8 @@ def demo(
     opts = DemoOptions(task=task, front_end=front_end, minutes=minutes, workers=workers, slots=slots,
                        mode=modes[0], n_eval=n_eval, version_eval_n=version_eval, group_size=group_size,
                        temperature=temperature, lr=lr, learner_threads=learner_threads,
-                       engine_threads=engine_threads, warm_start=warm_start)
+                       engine_threads=engine_threads, warm_start=warm_start,
+                       lora_targets=parse_lora_targets(lora_targets))
     settings = get_settings()
     if compare is not None:
         summaries = comparison.run_modes(settings, opts, modes, console)
@@ -88,6 +93,18 @@ def demo(
     typer.echo(json.dumps({k: summary[k] for k in ("task", "metric", "base_accuracy",
                                                    "final_accuracy", "n", "minutes", "versions",
                                                    "mean_reload_s")}))
+
+
+def parse_lora_targets(text: str) -> tuple[str, ...]:
+    from tracetrain.settings.learner import LORA_ALL_LINEAR, LORA_ATTENTION
+
+    named = {"all": LORA_ALL_LINEAR, "attention": LORA_ATTENTION}
+    targets = named.get(text) or tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [name for name in targets if name not in LORA_ALL_LINEAR]
+    if not targets or unknown:
+        raise typer.BadParameter(f"{text!r}: expected 'all', 'attention' or module names from "
+                                 f"{', '.join(LORA_ALL_LINEAR)}", param_hint="--lora-targets")
+    return targets
 
 
 def eval_command(

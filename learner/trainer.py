@@ -39,7 +39,6 @@ from tracetrain.base_model import resolve_base_model
 from tracetrain.modes import LEARNER_MODES, one_of
 from tracetrain.settings import Settings
 
-LORA_TARGETS = ["q_proj", "v_proj"]
 # The probe set: fixed texts every registered version is scored on (`probe_loss`).
 PROBE_TEXTS = ("The capital of France is Paris.", "2 + 2 = 4",
                "def add(a, b):\n    return a + b", "Thank you, and have a nice day!")
@@ -77,7 +76,7 @@ class PolicyTrainer:
         self.vocab_size = base.config.vocab_size
         peft_config = None if self.learner.full_finetune else LoraConfig(
             r=self.learner.lora_r, lora_alpha=self.learner.lora_alpha, lora_dropout=0.0,
-            target_modules=LORA_TARGETS, task_type="CAUSAL_LM")
+            target_modules=list(self.learner.lora_targets), task_type="CAUSAL_LM")
         # The seed is set again right before the adapter is created so its init is reproducible.
         seed_everything(self.learner.seed)
         mode = self.learner.mode

@@ -16,6 +16,7 @@ from infra import processes, services
 from serving.access import download_dir, load_key
 from serving.service import ENGINE, engine_url
 from tracetrain.settings import load_settings
+from tracetrain.settings.learner import LORA_ATTENTION
 from tracetrain.settings.serving import EngineSettings
 
 
@@ -62,16 +63,18 @@ def load_adapter(settings, folder: Path, **body) -> httpx.Response:
                       json={"lora_name": "policy", "lora_path": str(placed), **body})
 
 
-def make_adapters(model_dir: Path, out: Path, seeds: list[int], scale: float = 0.5) -> list[Path]:
-    """Real PEFT LoRA adapters of the default model, with random B weights so that each one
-    changes what the model says (a fresh LoRA has B = 0 and changes nothing)."""
+def make_adapters(model_dir: Path, out: Path, seeds: list[int], scale: float = 0.5,
+                  targets: tuple[str, ...] = LORA_ATTENTION) -> list[Path]:
+    """Real PEFT LoRA adapters of the default model on the `targets` layers, with random B
+    weights so that each one changes what the model says (a fresh LoRA has B = 0 and changes
+    nothing)."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     peft_model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16,
-                                                  target_modules=["q_proj", "v_proj"]))
+                                                  target_modules=list(targets)))
     folders = []
     for seed in seeds:
         generator = torch.Generator().manual_seed(seed)

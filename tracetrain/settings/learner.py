@@ -16,6 +16,10 @@ from tracetrain.modes import (
     StalenessPolicy,
 )
 
+# PEFT names of SmolLM2's (Llama's) linear layers.
+LORA_ATTENTION = ("q_proj", "v_proj")
+LORA_ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
 
 class LearnerSettings(BaseModel):
     group_id: str = Field("tracetrain-learner", description="Consumer group on transitions.")
@@ -36,6 +40,11 @@ class LearnerSettings(BaseModel):
     lr: float = Field(1e-4, gt=0)
     lora_r: int = Field(8, ge=1)
     lora_alpha: int = Field(16, ge=1)
+    lora_targets: list[str] = Field(
+        default_factory=lambda: list(LORA_ATTENTION), min_length=1,
+        description="Linear layers the LoRA adapts (PEFT's target_modules). The default is "
+        "attention's q and v; adding o, k and the MLP's gate/up/down learns far more per "
+        "step for about 8% more time (docs/calc-demo.md); llama.cpp serves any of them.")
     full_finetune: bool = False
     loss_type: LossType = Field(
         "grpo", description="TRL GRPO loss variant used by the `rl` mode."
