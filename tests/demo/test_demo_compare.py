@@ -125,6 +125,8 @@ def stand_ins(monkeypatch, tmp_path):
     (["--compare", "sft"], "at least two"),
     (["--mode", "rl", "--compare", "rl,sft"], "--mode or --compare"),
     (["--compare", "rl,sft", "--task", "sql", "--front-end", "autogen"], "'autogen'"),
+    (["--lora-targets", "q_proj,mlp"], "'q_proj,mlp': expected 'all', 'attention' or module"),
+    (["--lora-targets", ","], "',': expected"),
 ])
 def test_compare_options_are_refused_before_anything_starts(stand_ins, args, named):
     out = CliRunner().invoke(app, ["demo", *args])
@@ -145,6 +147,24 @@ def test_compare_runs_each_mode_with_the_same_options_and_prints_the_line_last(s
     last = json.loads(out.output.strip().splitlines()[-1])
     assert set(last["compare"]) == {"rl", "sft"} and last["compare"]["sft"]["versions"] == 14
     assert (tmp_path / "demo" / "compare.png").is_file()
+
+
+@pytest.mark.parametrize(("given", "targets"), [
+    (None, ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")),
+    ("attention", ("q_proj", "v_proj")),
+    ("v_proj, down_proj", ("v_proj", "down_proj")),
+])
+def test_the_demo_lora_reaches_the_learner_settings(stand_ins, given, targets):
+    from demo.run import demo_settings
+    from demo.tasks import get_task
+
+    out = CliRunner().invoke(app, ["demo", "--compare", "rl,sft",
+                                   *(["--lora-targets", given] if given else [])])
+    assert out.exit_code == 0, out.output
+    assert [opts.lora_targets for opts in _StandIn.made] == [targets, targets]
+    opts = _StandIn.made[-1]
+    settings = demo_settings(Settings(), opts, get_task("calc", "openai"), "run")
+    assert settings.learner.lora_targets == list(targets)
 
 
 def test_runs_of_two_modes_started_together_share_nothing(tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from learner.advantages import BatchAdvantage
 from learner.trainer import PolicyTrainer
 from testkit.learner import learner_settings, make_transition
@@ -37,3 +39,25 @@ def _token_logps(policy, batch):
     inputs = policy.inputs(batch, [0.0] * len(batch), [1.0] * len(batch))
     logps = response_logps(policy.trl, policy.model, inputs)
     return [logps[i, : len(t["response_token_ids"])].tolist() for i, t in enumerate(batch)]
+
+
+def test_the_lora_adapts_the_layers_lora_targets_names(tiny_model_dir, tmp_path):
+    """`learner.lora_targets` reaches PEFT: every named layer of every block, and only those,
+    gets an adapter, and one step moves the MLP's as well as attention's."""
+    from tracetrain.settings.learner import LORA_ALL_LINEAR, LORA_ATTENTION
+
+    for targets in (LORA_ATTENTION, LORA_ALL_LINEAR):
+        settings = learner_settings(load_settings(home=tmp_path), tiny_model_dir, lr=5e-3,
+                                    batch_size=2, mode="sft", lora_targets=list(targets))
+        policy = PolicyTrainer(settings, tmp_path / f"work-{len(targets)}")
+        trained = {name: p.detach().clone() for name, p in policy.model.named_parameters()
+                   if p.requires_grad}
+        adapted = {name.split(".lora_")[0].rsplit(".", 1)[-1] for name in trained}
+        assert adapted == set(targets), adapted
+        assert len(trained) == 2 * 2 * len(targets)  # A and B, 2 blocks of the tiny model
+        batch = [make_transition(i, ret=1.0, response=[410, 411, 2]) for i in range(2)]
+        for _ in range(2):  # B starts at zero: the second step moves A too
+            policy.train_step(batch, [1.0, 1.0], [1.0, 1.0])
+        moved = {name.split(".lora_")[0].rsplit(".", 1)[-1] for name, p in policy.model.named_parameters()
+                 if name in trained and not torch.equal(p, trained[name])}
+        assert moved == set(targets), moved
