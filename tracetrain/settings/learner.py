@@ -42,9 +42,10 @@ class LearnerSettings(BaseModel):
     lora_alpha: int = Field(16, ge=1)
     lora_targets: list[str] = Field(
         default_factory=lambda: list(LORA_ATTENTION), min_length=1,
-        description="Linear layers the LoRA adapts (PEFT's target_modules). The default is "
-        "attention's q and v; adding o, k and the MLP's gate/up/down learns far more per "
-        "step for about 8% more time (docs/calc-demo.md); llama.cpp serves any of them.")
+        description="Linear layers the LoRA adapts (PEFT's target_modules), e.g. "
+        "LORA_ALL_LINEAR. The default is attention's q and v; the calc demo adapts all seven "
+        "(README, the demo), a lower loss per step for 11% more time a step. llama.cpp serves "
+        "any of them.")
     full_finetune: bool = False
     loss_type: LossType = Field(
         "grpo", description="TRL GRPO loss variant used by the `rl` mode."
