@@ -22,6 +22,7 @@ values, nothing unpickled that could run code) and the adapter from safetensors.
 
 from __future__ import annotations
 
+import json
 import pickle
 import random
 import time
@@ -294,6 +295,7 @@ class PolicyTrainer:
         if self.is_peft:
             from peft import set_peft_model_state_dict
 
+            self._check_targets(directory / "adapter" / "adapter_config.json")
             weights = load_file(directory / "adapter" / "adapter_model.safetensors")
             set_peft_model_state_dict(self.model, weights)
         else:
@@ -324,6 +326,16 @@ class PolicyTrainer:
         if self.ranks is not None and self.ranks.leader and not self.sharded:
             self.ranks.tell(("state", self.shared_state()))
         return state["extra"]
+
+    def _check_targets(self, config_path: Path) -> None:
+        """PEFT loads an adapter of other layers without a word (the missing ones stay fresh)
+        and the optimizer then fails on its sizes: say which setting differs instead."""
+        saved = json.loads(config_path.read_text()).get("target_modules")
+        if saved is not None and sorted(saved) != sorted(self.learner.lora_targets):
+            raise LearnerError(
+                f"checkpoint {config_path.parent.parent} adapts {sorted(saved)}, but "
+                f"learner.lora_targets is {sorted(self.learner.lora_targets)}: expected the "
+                "layers it was trained with (set learner.lora_targets to them)")
 
     def shared_state(self) -> dict:
         """What a follower needs to be this policy: trained weights, optimizer, scheduler, step

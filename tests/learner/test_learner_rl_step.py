@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from learner.advantages import BatchAdvantage
+from learner.errors import LearnerError
 from learner.trainer import PolicyTrainer
 from testkit.learner import learner_settings, make_transition
 from tracetrain.settings import load_settings
@@ -61,3 +63,12 @@ def test_the_lora_adapts_the_layers_lora_targets_names(tiny_model_dir, tmp_path)
         moved = {name.split(".lora_")[0].rsplit(".", 1)[-1] for name, p in policy.model.named_parameters()
                  if name in trained and not torch.equal(p, trained[name])}
         assert moved == set(targets), moved
+        policy.save(tmp_path / f"checkpoint-{len(targets)}", {})
+    # a checkpoint is resumed only by a learner adapting the same layers
+    again = PolicyTrainer(settings, tmp_path / "again")
+    again.load(tmp_path / f"checkpoint-{len(LORA_ALL_LINEAR)}")
+    other = learner_settings(load_settings(home=tmp_path), tiny_model_dir, mode="sft",
+                             lora_targets=list(LORA_ATTENTION))
+    with pytest.raises(LearnerError, match=r"adapts \['down_proj'.*learner.lora_targets is "
+                                           r"\['q_proj', 'v_proj'\]"):
+        PolicyTrainer(other, tmp_path / "other").load(tmp_path / "checkpoint-7")
