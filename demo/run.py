@@ -69,9 +69,9 @@ class DemoOptions:
     # Problems worked as demonstrations for the learner's warm start before any traffic (its
     # version is served first); None: the task's default (WARM_START).
     warm_start: int | None = None
-    # The LoRA's layers: all seven linear ones learn calc's demonstrations to a lower loss
-    # than q/v alone at the same steps (0.23 against 0.56 after 60 steps; held-out 0.425
-    # against 0.395), for 11% more time a step.
+    # The LoRA's layers: with all seven linear ones (and the longer warm start) the default
+    # run ended at 0.420 and 0.405 held-out, against 0.340 with q/v (README, the demo), for
+    # 11% more time a step.
     lora_targets: tuple[str, ...] = LORA_ALL_LINEAR
 
     @property
@@ -82,8 +82,8 @@ class DemoOptions:
 
 # Calc's base model solves 1.5% of its problems: too few successes for `sft` to imitate or
 # for `rl` groups to tell apart. Worked problems first (learner/warm_start.py): one pass over
-# 300 at 1e-3 took held-out accuracy to 0.395 (q/v LoRA) or 0.425 (all linear layers; 2 threads,
-# 11-12 minutes); traffic after it added nothing measurable in 12 minutes, so 250 take 12-13
+# 300 at 1e-3 took held-out accuracy to 0.395 (q/v LoRA) or 0.425 (all linear layers, rank 16;
+# 2 threads, 11-12 minutes); traffic after it added nothing measurable in 12 minutes, so 250 take 12-13
 # of the demo's 30 minutes (measured beside the idle engine) and traffic 10.
 WARM_START = {("calc", "openai"): 250}
 WARM_START_LR = 1e-3
