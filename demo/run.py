@@ -83,8 +83,8 @@ class DemoOptions:
 # Calc's base model solves 1.5% of its problems: too few successes for `sft` to imitate or
 # for `rl` groups to tell apart. Worked problems first (learner/warm_start.py): one pass over
 # 300 at 1e-3 took held-out accuracy to 0.395 (q/v LoRA) or 0.425 (all linear layers, rank 16;
-# 2 threads, 11-12 minutes); traffic after it added nothing measurable in 12 minutes, so 250 take 12-13
-# of the demo's 30 minutes (measured beside the idle engine) and traffic 10.
+# 2 threads, 11-12 minutes). The warm start does most of the demo's learning, so 250 take 12-13
+# of its 30 minutes (measured beside the idle engine) and traffic the last 10.
 WARM_START = {("calc", "openai"): 250}
 WARM_START_LR = 1e-3
 WARM_START_SEED = 500_009  # neither a traffic round's seed (demo/traffic.py) nor the held-out one

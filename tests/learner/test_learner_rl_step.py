@@ -54,13 +54,13 @@ def test_the_lora_adapts_the_layers_lora_targets_names(tiny_model_dir, tmp_path)
         policy = PolicyTrainer(settings, tmp_path / f"work-{len(targets)}")
         trained = {name: p.detach().clone() for name, p in policy.model.named_parameters()
                    if p.requires_grad}
-        adapted = {name.split(".lora_")[0].rsplit(".", 1)[-1] for name in trained}
+        adapted = {_layer(name) for name in trained}
         assert adapted == set(targets), adapted
         assert len(trained) == 2 * 2 * len(targets)  # A and B, 2 blocks of the tiny model
         batch = [make_transition(i, ret=1.0, response=[410, 411, 2]) for i in range(2)]
         for _ in range(2):  # B starts at zero: the second step moves A too
             policy.train_step(batch, [1.0, 1.0], [1.0, 1.0])
-        moved = {name.split(".lora_")[0].rsplit(".", 1)[-1] for name, p in policy.model.named_parameters()
+        moved = {_layer(name) for name, p in policy.model.named_parameters()
                  if name in trained and not torch.equal(p, trained[name])}
         assert moved == set(targets), moved
         policy.save(tmp_path / f"checkpoint-{len(targets)}", {})
@@ -72,3 +72,8 @@ def test_the_lora_adapts_the_layers_lora_targets_names(tiny_model_dir, tmp_path)
     with pytest.raises(LearnerError, match=r"adapts \['down_proj'.*learner.lora_targets is "
                                            r"\['q_proj', 'v_proj'\]"):
         PolicyTrainer(other, tmp_path / "other").load(tmp_path / "checkpoint-7")
+
+
+def _layer(parameter: str) -> str:
+    """`...layers.0.mlp.down_proj.lora_A.default.weight` -> `down_proj`."""
+    return parameter.split(".lora_")[0].rsplit(".", 1)[-1]
