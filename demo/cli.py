@@ -47,7 +47,7 @@ def demo(
                                         "(it shares the cores with the engine)."),
     warm_start: int = typer.Option(None, "--warm-start", min=0, help="Worked problems (of the "
                                    "training phrasings) the learner imitates before any traffic, "
-                                   "served as version 1 (calc's openai front end; default 250 "
+                                   "served as version 1 (calc's openai front end; default 450 "
                                    "there, 0 elsewhere; 0: none)."),
     engine_threads: int = typer.Option(1, min=1, help="llama-server threads of the engine (it "
                                        "shares the cores with the learner: more threads than "

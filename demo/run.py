@@ -83,9 +83,11 @@ class DemoOptions:
 # Calc's base model solves 1.5% of its problems: too few successes for `sft` to imitate or
 # for `rl` groups to tell apart. Worked problems first (learner/warm_start.py): one pass over
 # 300 at 1e-3 took held-out accuracy to 0.395 (q/v LoRA) or 0.425 (all linear layers, rank 16;
-# 2 threads, 11-12 minutes). The warm start does most of the demo's learning, so 250 take 12-13
-# of its 30 minutes (measured beside the idle engine) and traffic the last 10.
-WARM_START = {("calc", "openai"): 250}
+# 2 threads, 11-12 minutes). The warm start does most of the demo's learning: trained call by
+# call, 250 took 12-13 of its 30 minutes (measured beside the idle engine); a problem's two calls
+# trained as one sequence cost about half (learner/warm_start.py), so 450 take about as long,
+# and traffic the last 10.
+WARM_START = {("calc", "openai"): 450}
 WARM_START_LR = 1e-3
 WARM_START_SEED = 500_009  # neither a traffic round's seed (demo/traffic.py) nor the held-out one
 
@@ -236,10 +238,14 @@ class DemoRun:
             TimeElapsedColumn,
         )
 
+        from learner import warm_start  # torch: only where a warm start runs
+
         s, started = self.settings, time.time()
-        demonstrations = len(s.learner.warm_start.read_text().splitlines())
-        total = -(-demonstrations // s.learner.batch_size) * s.learner.warm_start_epochs
-        self._say(f"warm start: the learner trains {demonstrations} demonstrations of "
+        demonstrations = warm_start.read_demonstrations(s.learner.warm_start)
+        rows = (len(warm_start.chains(demonstrations))
+                if warm_start.trains_chained(s.learner.mode) else len(demonstrations))
+        total = -(-rows // s.learner.batch_size) * s.learner.warm_start_epochs
+        self._say(f"warm start: the learner trains {len(demonstrations)} demonstrations of "
                   f"{self.opts.warm_start_problems} worked problems ({total} steps); traffic "
                   "starts once the engine serves them")
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

@@ -4,9 +4,9 @@
 
 TRL entry points used, and why: each trainer is built ONCE with a tiny pre-tokenized dummy
 dataset (never `train()`, which would rebuild its scheduler per call), then per micro-batch
-- `sft`: `trainer.data_collator` on `{"input_ids", "completion_mask"}` (exact stored prompt +
-  response ids; the collator turns the prompt positions into -100 labels: completion-only loss)
-  and `SFTTrainer.compute_loss`, on the transitions whose credited return is at least
+- `sft`: `trainer.data_collator` on `{"input_ids", "labels"}` (exact stored prompt + response
+  ids, the prompt's labels -100: completion-only loss) and `SFTTrainer.compute_loss`, on the
+  transitions whose credited return is at least
   `sft_min_reward` (a batch with none is skipped);
 - `kto`: `trainer.data_collator` on `{"prompt_ids", "completion_ids", "KL_completion_ids",
   "label"}` with label = advantage > 0 and KL completions cycled within the batch (what
@@ -76,8 +76,15 @@ def loss(policy, transitions: list[dict], advantages: list[float], inputs: dict)
         for t in keep:
             response = t["response_token_ids"][:cut]
             prompt = t["prompt_token_ids"][-max(1, cut - len(response)):]
+            # Labels of -100 are not trained: the prompt, and the tool results between a warm
+            # start's chained calls. Given as labels: TRL 1.x's collator no longer reads a
+            # `completion_mask` (it folds it into labels when it prepares a dataset, which we
+            # never use), and without labels it trained the prompt's tokens too.
+            trained = t.get("tool_mask", [])[:cut] or [1] * len(response)
             examples.append({"input_ids": prompt + response,
-                             "completion_mask": [0] * len(prompt) + [1] * len(response)})
+                             "labels": [-100] * len(prompt) + [
+                                 token if keep else -100
+                                 for token, keep in zip(response, trained, strict=True)]})
         batch = trainer.data_collator(examples)
         value = trainer.compute_loss(policy.model, _to(batch, policy.device))
         return value, {"sft_examples": float(len(keep))}

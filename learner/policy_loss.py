@@ -95,14 +95,17 @@ def scoring_temperature(transition: dict) -> float:
 def inputs_from(transitions: list[dict], advantages: list[float], weights: list[float],
                 pad_id: int, max_length: int, device: torch.device) -> dict:
     """TRL's `_compute_loss` inputs from stored transitions; the prompt is cut from the left when
-    prompt + response exceed `max_length` (the response tokens are what is trained)."""
-    prompts, completions, logps = [], [], []
+    prompt + response exceed `max_length` (the response tokens are what is trained). A
+    transition with a `tool_mask` (a warm start's chained calls: 0 on the tool results between
+    them) passes it on as TRL's `tool_mask`, which keeps those tokens out of the loss."""
+    prompts, completions, logps, tools = [], [], [], []
     for t in transitions:
         response = t["response_token_ids"][:max_length]
         prompt = t["prompt_token_ids"][-max(1, max_length - len(response)):]
         prompts.append(prompt)
         completions.append(response)
         logps.append(t["behaviour_logprobs"][: len(response)] or None)
+        tools.append(t.get("tool_mask", [])[: len(response)] or [1] * len(response))
     b = len(transitions)
     p_len = max(len(p) for p in prompts)
     c_len = max(len(c) for c in completions)
@@ -110,13 +113,15 @@ def inputs_from(transitions: list[dict], advantages: list[float], weights: list[
     prompt_mask = torch.zeros((b, p_len), dtype=torch.long)
     completion_ids = torch.full((b, c_len), pad_id, dtype=torch.long)
     completion_mask = torch.zeros((b, c_len), dtype=torch.long)
+    tool_mask = torch.ones((b, c_len), dtype=torch.long)
     old = torch.zeros((b, c_len), dtype=torch.float32)
     has_old = torch.zeros(b, dtype=torch.bool)
-    for i, (p, c, lp) in enumerate(zip(prompts, completions, logps, strict=True)):
+    for i, (p, c, lp, tm) in enumerate(zip(prompts, completions, logps, tools, strict=True)):
         prompt_ids[i, p_len - len(p):] = torch.tensor(p)
         prompt_mask[i, p_len - len(p):] = 1
         completion_ids[i, : len(c)] = torch.tensor(c)
         completion_mask[i, : len(c)] = 1
+        tool_mask[i, : len(tm)] = torch.tensor(tm)
         if lp is not None:
             old[i, : len(lp)] = torch.tensor(lp, dtype=torch.float32)
             has_old[i] = True
@@ -128,9 +133,19 @@ def inputs_from(transitions: list[dict], advantages: list[float], weights: list[
         "advantages": adv, "old_logps": old, "has_old": has_old,
         "temperatures": torch.tensor([scoring_temperature(t) for t in transitions],
                                      dtype=torch.float32),
-        "num_items_in_batch": completion_mask.sum().float(),
+        "num_items_in_batch": (completion_mask * tool_mask).sum().float(),
     }
+    if not bool(tool_mask.all()):
+        inputs["tool_mask"] = tool_mask
     return {k: v.to(device) for k, v in inputs.items()}
+
+
+def trained_mask(inputs: dict) -> torch.Tensor:
+    """The response tokens the loss trains (B, T): the completion's, less any tool results
+    within it (`tool_mask`). `completion_mask` itself stays the attention mask: a chained
+    call attends to the tool result it answers."""
+    mask = inputs["completion_mask"]
+    return mask * inputs["tool_mask"] if "tool_mask" in inputs else mask
 
 
 def response_logps(trainer, model, inputs: dict) -> torch.Tensor:
@@ -185,9 +200,10 @@ def rl_loss(trainer, model, inputs: dict, tis_cap: float | None = None, forward=
     ones either way). A sharded model (FSDP) needs it: each forward all-gathers the weights, so
     every rank must take the same passes, whichever behaviour logprobs its own rows carry."""
     trl_inputs = {k: inputs[k] for k in ("prompt_ids", "prompt_mask", "completion_ids",
-                                         "completion_mask", "advantages", "num_items_in_batch")}
-    has_old, completion_mask = inputs["has_old"], inputs["completion_mask"]
-    behaved = completion_mask * has_old.unsqueeze(1)
+                                         "completion_mask", "advantages", "num_items_in_batch",
+                                         "tool_mask") if k in inputs}
+    has_old, trained = inputs["has_old"], trained_mask(inputs)
+    behaved = trained * has_old.unsqueeze(1)
     correction: dict[str, float] = {}
     # With no stored behaviour logprobs at all the ratio is the on-policy 1: TRL does that
     # itself when `old_per_token_logps` is absent (detached current logps, no extra forward); a
@@ -199,7 +215,7 @@ def rl_loss(trainer, model, inputs: dict, tis_cap: float | None = None, forward=
         old = torch.where(has_old.unsqueeze(1), inputs["old_logps"], current)
         trl_inputs["old_per_token_logps"] = old
         if tis_cap is not None:
-            factor, correction = truncated_is(current, old, completion_mask, tis_cap, behaved)
+            factor, correction = truncated_is(current, old, trained, tis_cap, behaved)
             trl_inputs["advantages"] = inputs["advantages"].unsqueeze(1) * factor
     if trainer.beta != 0.0:
         if hasattr(model, "disable_adapter"):
@@ -211,7 +227,7 @@ def rl_loss(trainer, model, inputs: dict, tis_cap: float | None = None, forward=
     with lm_head.row_temperatures(model, inputs.get("temperatures")):
         loss = trainer._compute_loss(forward or model, trl_inputs)
     recorded = {k: v[-1] for k, v in trainer._metrics["train"].items() if v}
-    tokens, behaved_tokens = float(completion_mask.sum()), float(behaved.sum())
+    tokens, behaved_tokens = float(trained.sum()), float(behaved.sum())
     # TRL's clip fraction is over every response token; an on-policy row (ratio 1) is never
     # clipped, so over the rows with behaviour logprobs it is the same count over fewer tokens.
     clipped = recorded.get("clip_ratio/region_mean", 0.0) * tokens

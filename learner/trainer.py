@@ -35,7 +35,13 @@ import torch
 from learner.advantages import rollout_weights
 from learner.distributed import Ranks, shard_model
 from learner.errors import LearnerError, NonFiniteStep
-from learner.policy_loss import build_grpo_trainer, inputs_from, response_logps, rl_loss
+from learner.policy_loss import (
+    build_grpo_trainer,
+    inputs_from,
+    response_logps,
+    rl_loss,
+    trained_mask,
+)
 from tracetrain.base_model import resolve_base_model
 from tracetrain.modes import LEARNER_MODES, one_of
 from tracetrain.settings import Settings
@@ -123,7 +129,7 @@ class PolicyTrainer:
         self.model.eval()
         inputs = self.inputs(transitions, [0.0] * len(transitions), [1.0] * len(transitions))
         logps = response_logps(self._scorer(), self.model, inputs)
-        return (logps * inputs["completion_mask"]).sum(1).tolist()
+        return (logps * trained_mask(inputs)).sum(1).tolist()
 
     def _scorer(self):
         if self.learner.mode == "rl":
@@ -219,7 +225,7 @@ class PolicyTrainer:
         length = inputs["prompt_ids"].size(1) + inputs["completion_ids"].size(1)
         per = max(1, self.learner.max_step_tokens // length)
         bounds = [(a, min(a + per, rows)) for a in range(0, rows, per)]
-        tokens = inputs["completion_mask"].sum().clamp(min=1)
+        tokens = trained_mask(inputs).sum().clamp(min=1)
         total, merged = torch.zeros((), device=self.device), {}
         for i, (a, b) in enumerate(bounds):
             part = inputs if len(bounds) == 1 else {
@@ -232,7 +238,7 @@ class PolicyTrainer:
                 scaled = loss * (self._share(inputs, a, b) * scale)
                 scaled.backward()
             total += scaled.detach()
-            weight = float(part["completion_mask"].sum() / tokens)
+            weight = float(trained_mask(part).sum() / tokens)
             for key, value in metrics.items():
                 merged[key] = (max(merged.get(key, value), value) if key == "is_ratio_max"
                                else merged.get(key, 0.0) + value * weight)
@@ -248,8 +254,8 @@ class PolicyTrainer:
             # a sum over tokens / the batch's tokens (`num_items_in_batch`, kept whole) that TRL
             # multiplies by its process count, expecting DDP's average
             return 1.0 / processes
-        if loss_type == "bnpo":  # a mean over the response tokens
-            mask = inputs["completion_mask"]
+        if loss_type == "bnpo":  # a mean over the trained response tokens
+            mask = trained_mask(inputs)
             return float(mask[start:stop].sum() / mask.sum().clamp(min=1))
         # grpo, sapo, dr_grpo: a mean over rows (a rank's padding rows count, weighing nothing)
         return (width or stop - start) / inputs["advantages"].size(0)

@@ -61,6 +61,35 @@ def test_a_worked_calc_problem_is_what_the_agent_sends_and_solves_it():
         get_task("sql").demonstrations(5, seed=11)
 
 
+def test_a_worked_problems_calls_are_trained_as_one_sequence_of_the_same_tokens(
+        tmp_path, tiny_model_dir):
+    """Chained, a calc problem's two calls are one row whose tokens are exactly the second
+    call's, trained on both completions and not on the calculator's result between them."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    path = tmp_path / "demos.jsonl"
+    _write(path, get_task("calc").demonstrations(6, seed=5))
+    apart = warm_start.transitions(path, tokenizer, chained=False)
+    chained = warm_start.transitions(path, tokenizer)
+    assert len(apart) == 12 and len(chained) == 6
+    for k, row in enumerate(chained):
+        first, second = apart[2 * k], apart[2 * k + 1]
+        assert row["transition_id"].endswith(f":{2 * k}-{2 * k + 1}")
+        assert row["prompt_token_ids"] == first["prompt_token_ids"]
+        sequence = row["prompt_token_ids"] + row["response_token_ids"]
+        assert sequence == second["prompt_token_ids"] + second["response_token_ids"]
+        trained = [tok for tok, keep in zip(row["response_token_ids"], row["tool_mask"],
+                                            strict=True) if keep]
+        assert trained == first["response_token_ids"] + second["response_token_ids"]
+        between = tokenizer.decode([tok for tok, keep in zip(
+            row["response_token_ids"], row["tool_mask"], strict=True) if not keep])
+        assert "Result: " in between and "calc:" not in between
+    # a demonstration that does not continue the one before it starts a row of its own
+    _write(path, DEMOS)
+    assert len(warm_start.transitions(path, tokenizer)) == len(DEMOS)
+
+
 def _completion_logprob(model, t: dict) -> float:
     ids = torch.tensor([t["prompt_token_ids"] + t["response_token_ids"]])
     with torch.no_grad():
