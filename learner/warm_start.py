@@ -1,7 +1,7 @@
 """A warm start: supervised steps on demonstrations before the learner reads any traffic.
 
     TRACETRAIN_LEARNER__WARM_START=demos.jsonl tracetrain learner
-    tracetrain demo --task calc --warm-start 200      # the demo writes calc demonstrations
+    tracetrain demo --task calc --warm-start 450      # the demo writes calc demonstrations
 
 Why: a policy that almost never succeeds gives the loop nothing to learn from. The calc agent's
 base model solves 1.5% of its word problems, so `sft` sees about one successful trace a minute
@@ -17,16 +17,19 @@ Each line of the file is one demonstration in TRL's conversational prompt-comple
 
 The prompt is rendered with the policy's chat template and generation prompt (what the engine
 renders for the same messages), the completion is the assistant's text and the template's turn
-end, as a sampled response ends. Every demonstration is trained as a transition with return 1
-and advantage 1 in whatever mode the learner runs: in `sft` the imitation loss, in `rl` the
-policy gradient of an on-policy ratio (the same direction), in `kto` a desirable example.
+end, as a sampled response ends. A demonstration that continues the one before it (a worked
+problem's second call) is trained in one sequence with it (`chains`, `transitions`). Every
+sequence is trained as a transition with return 1 and advantage 1 in whatever mode the learner
+runs: in `sft` the imitation loss (a mean over the batch's trained tokens), in `rl` the policy
+gradient of an on-policy ratio (the same direction; `grpo` takes a mean per sequence), in
+`kto` a desirable example.
 
 It runs once: only when the learner starts with no registered checkpoint of its model (a
 restart resumes from the warm start's version instead), for `warm_start_epochs` passes in an
 order fixed by `learner.seed`, in micro-batches of `batch_size`, at `warm_start_lr`; its result
 is registered as the first version (so the engine serves it before any traffic is trained on). The ledger
-lists the demonstrations by id (`warm:<file digest>:<line>`), so a replay with the same
-settings takes the same steps.
+lists the demonstrations by id (`warm:<file digest>:<line>`, a chain's `<first>-<last>`), so a
+replay with the same settings takes the same steps.
 """
 
 from __future__ import annotations
