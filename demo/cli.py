@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import time
 from pathlib import Path
 
@@ -85,6 +86,7 @@ def demo(
                        engine_threads=engine_threads, warm_start=warm_start,
                        lora_targets=parse_lora_targets(lora_targets))
     settings = get_settings()
+    _stop_on_sigterm()
     if compare is not None:
         summaries = comparison.run_modes(settings, opts, modes, console)
         typer.echo(json.dumps(comparison.save(summaries, settings.home_dir / "demo")))
@@ -93,6 +95,16 @@ def demo(
     typer.echo(json.dumps({k: summary[k] for k in ("task", "metric", "base_accuracy",
                                                    "final_accuracy", "n", "minutes", "versions",
                                                    "mean_reload_s")}))
+
+
+def _stop_on_sigterm() -> None:
+    """`kill <pid>` (a job's time limit, a supervisor) stops what the demo or eval started, as
+    Ctrl-C does. Python's default for SIGTERM ends the process without its `finally` blocks: Kafka,
+    MLflow, the engine and the stages stayed up, and the next demo found their ports taken."""
+    def stop(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def parse_lora_targets(text: str) -> tuple[str, ...]:
@@ -173,6 +185,7 @@ def eval_command(
                                  param_hint="--per-agent")
     number = int(version) if version not in (None, "base") else None
     episodes: list = []
+    _stop_on_sigterm()
     with evaluate.own_engine(settings, version=number, alias=alias,
                                  slots=threads) as (url, label):
         started = time.monotonic()

@@ -156,3 +156,35 @@ def test_eval_rejects_a_bad_version_and_a_missing_file(tmp_path):
 def _text(stderr: str) -> str:
     """typer's error box without its frame and line breaks."""
     return " ".join(re.sub(r"[│╭╮╰╯─]", " ", stderr).split())
+
+
+def test_a_killed_demo_stops_everything_it_started(kafka_broker, mlflow_server, tmp_path,
+                                                   base_model_dir):
+    """`kill <pid>` (SIGTERM: a job's time limit, a supervisor) stops the engine and stages as
+    Ctrl-C does; they used to stay up, their ports taken for the next demo."""
+    from tracetrain.settings import settings_env
+
+    settings = load_settings(home=tmp_path, base_model=str(base_model_dir), kafka=kafka_broker,
+                             mlflow=mlflow_server)
+    free = {section: getattr(settings, section).model_copy(update={key: processes.free_port()})
+            for section, key in (("engine", "port"), ("gateway", "port"), ("streams", "web_port"),
+                                 ("learner", "metrics_port"), ("reloader", "metrics_port"))}
+    env = {**os.environ, **settings_env(settings.model_copy(update=free))}
+    run = subprocess.Popen([TRACETRAIN, "demo", "--minutes", "1", "--n-eval", "4",
+                            "--warm-start", "0"], env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not any(r.name == "learner" for r in processes.records(tmp_path)):
+            assert run.poll() is None and time.monotonic() < deadline, run.stdout.read()
+            time.sleep(0.5)
+        started = processes.records(tmp_path)
+        assert {"engine", "learner"} <= {r.name for r in started}, started
+        run.terminate()
+        out, _ = run.communicate(timeout=120)
+    finally:
+        run.kill()
+    assert run.returncode == 128 + signal.SIGTERM, out
+    assert "stopping what the demo started" in out
+    assert not any(processes.pid_alive(r.pid) for r in started), [
+        r.name for r in started if processes.pid_alive(r.pid)]
