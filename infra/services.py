@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infra import processes
-from tracetrain.errors import InfraError
 from tracetrain.settings import ENV_PREFIX, Settings, settings_env
 
 # The repository (or site-packages) folder holding the stage packages: children run with it
@@ -111,8 +110,9 @@ def start(settings: Settings, service: Service, *, instance: str | None = None,
             processes.wait_until(lambda: processes.healthy(record),
                                  service.start_timeout_s(settings), name, log=record.log,
                                  alive=lambda: processes.pid_alive(record.pid))
-        except InfraError:
-            # A process that missed its start-up bound must not linger holding its port.
+        except BaseException:
+            # A process that missed its start-up bound, or whose caller was stopped meanwhile
+            # (Ctrl-C, SIGTERM in the demo), must not linger holding its port.
             processes.stop(settings.home_dir, name, timeout_s=5)
             raise
     return record
