@@ -99,9 +99,12 @@ def demo(
 
 def _stop_on_sigterm() -> None:
     """`kill <pid>` (a job's time limit, a supervisor) stops what the demo or eval started, as
-    Ctrl-C does. Python's default for SIGTERM ends the process without its `finally` blocks: Kafka,
-    MLflow, the engine and the stages stayed up, and the next demo found their ports taken."""
+    Ctrl-C does (without Ctrl-C's final evaluation). Python's default for SIGTERM ends the
+    process without its `finally` blocks: Kafka, MLflow, the engine and the stages stayed up,
+    and the next demo found their ports taken. A second SIGTERM is ignored, so that it cannot
+    cut the clean-up short (SIGKILL still ends it)."""
     def stop(signum, _frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, stop)

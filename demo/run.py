@@ -162,7 +162,11 @@ class DemoRun:
 
     def _up(self, what: str, name: str) -> None:
         self._say(f"starting {what} ...")
-        self.started += [record.name for record in stack.up(self.settings, [name])]
+        records: list = []
+        try:  # what runs is stopped at the end even if the start is cut short (Kafka's topics)
+            stack.up(self.settings, [name], started=records)
+        finally:
+            self.started += [record.name for record in records]
 
     def bring_up(self) -> None:
         """Kafka and MLflow are reused when this state folder (or settings) already has them;
@@ -238,9 +242,11 @@ class DemoRun:
             TimeElapsedColumn,
         )
 
-        from learner import warm_start  # torch: only where a warm start runs
+        from learner import warm_start
 
         s, started = self.settings, time.time()
+        # Chains of calls by their messages: the learner also checks their tokens and trains a
+        # call apart where its template renders the prompt otherwise (then the bar ends early).
         demonstrations = warm_start.read_demonstrations(s.learner.warm_start)
         rows = (len(warm_start.chains(demonstrations))
                 if warm_start.trains_chained(s.learner.mode) else len(demonstrations))

@@ -60,8 +60,10 @@ def start(home: Path, mlflow: MlflowSettings) -> processes.ProcessRecord:
     try:
         processes.wait_until(lambda: is_healthy(mlflow), mlflow.start_timeout_s, "MLflow server",
                              log=record.log, alive=lambda: processes.pid_alive(record.pid))
-    except InfraError:
-        processes.stop(home, NAME)  # a server that missed its start-up bound must not linger
+    except BaseException:
+        # A server that missed its start-up bound, or whose caller was stopped meanwhile
+        # (Ctrl-C, SIGTERM), must not linger.
+        processes.stop(home, NAME)
         raise
     return record
 

@@ -42,8 +42,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import torch
-
 from learner.errors import LearnerError
 
 log = logging.getLogger("tracetrain.learner")
@@ -161,6 +159,8 @@ def steps(policy, path: Path, epochs: int, threads: int | None
         order.shuffle(shuffled)
         batches += [shuffled[i:i + learner.batch_size]
                     for i in range(0, len(shuffled), learner.batch_size)]
+    import torch  # here: the demo reads and counts demonstrations without it
+
     before = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)

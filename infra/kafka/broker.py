@@ -128,9 +128,10 @@ def start(home: Path, kafka: KafkaSettings, brokers: int | None = None,
                 f"Kafka ({record.name})", log=record.log,
                 alive=lambda r=record: processes.pid_alive(r.pid),
             )
-    except InfraError:
-        # Brokers that missed their start-up bound must not linger: the caller never learns
-        # of them, so nothing else would stop them.
+    except BaseException:
+        # Brokers that missed their start-up bound, or whose caller was stopped meanwhile
+        # (Ctrl-C, SIGTERM), must not linger: the caller never learns of them, so nothing
+        # else would stop them.
         for record in reversed(started):
             processes.stop(home, record.name, timeout_s=30)
         raise
