@@ -85,8 +85,8 @@ class DemoOptions:
 # 300 at 1e-3 took held-out accuracy to 0.395 (q/v LoRA) or 0.425 (all linear layers, rank 16;
 # 2 threads, 11-12 minutes). The warm start does most of the demo's learning: trained call by
 # call, 250 took 12-13 of its 30 minutes (measured beside the idle engine); a problem's two calls
-# trained as one sequence cost about half (learner/warm_start.py), so 450 take about as long,
-# and traffic the last 10.
+# trained as one sequence cost about half (learner/warm_start.py): 450 took 9.7-10.8 (three
+# runs, README), and traffic the last 10.
 WARM_START = {("calc", "openai"): 450}
 WARM_START_LR = 1e-3
 WARM_START_SEED = 500_009  # neither a traffic round's seed (demo/traffic.py) nor the held-out one
