@@ -51,13 +51,14 @@ def test_short_loop_registers_reloads_and_serves_the_new_version(kafka_broker, m
             for section, key in (("engine", "port"), ("gateway", "port"), ("streams", "web_port"),
                                  ("learner", "metrics_port"), ("reloader", "metrics_port"))}
     settings = settings.model_copy(update=free)
-    # a warm start of 8 worked problems: 16 demonstrations, 2 steps of 8, then the traffic
+    # a warm start of 16 worked problems: 32 demonstrations, each problem's two calls one
+    # sequence (learner/warm_start.py), so 2 steps of 8, then the traffic
     opts = DemoOptions(task="calc", minutes=3.0, workers=4, mode="rl", n_eval=8,
-                       version_eval_n=0, checkpoint_every=1, warm_start=8)
+                       version_eval_n=0, checkpoint_every=1, warm_start=16)
     run = DemoRun(settings, opts, Console(file=open(os.devnull, "w")))
     summary = run.run()
 
-    assert summary["warm_start_problems"] == 8 and summary["warm_start_minutes"] > 0, summary
+    assert summary["warm_start_problems"] == 16 and summary["warm_start_minutes"] > 0, summary
     assert summary["versions"] >= 2, summary
     assert summary["final_policy_version"] >= 2, "the engine never served a traffic-trained version"
     assert summary["mean_reload_s"] is not None and summary["mean_reload_s"] > 0
