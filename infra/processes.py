@@ -164,11 +164,18 @@ def spawn(
             cwd=cwd,
             start_new_session=True,
         )
-    # Popen returns once the child has exec'd, so /proc already shows its final argv.
-    stat = _stat(proc.pid)
-    record = ProcessRecord(name, proc.pid, argv, address, health_url, str(log_path), time.time(),
-                           start_ticks=stat[1] if stat else None, boot_id=_boot_id())
-    (run_dir(home) / f"{name}.json").write_text(json.dumps(asdict(record)))
+    try:
+        # Popen returns once the child has exec'd, so /proc already shows its final argv.
+        stat = _stat(proc.pid)
+        record = ProcessRecord(name, proc.pid, argv, address, health_url, str(log_path),
+                               time.time(), start_ticks=stat[1] if stat else None,
+                               boot_id=_boot_id())
+        (run_dir(home) / f"{name}.json").write_text(json.dumps(asdict(record)))
+    except BaseException:
+        # Without its pid file (Ctrl-C or SIGTERM right now, a full disk) nothing else could
+        # ever find the child to stop it.
+        proc.kill()
+        raise
     return record
 
 
