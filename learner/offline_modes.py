@@ -25,6 +25,7 @@ import torch
 
 from learner import lm_head
 from learner.errors import LearnerError
+from learner.policy_loss import response_tool_mask
 from tracetrain.settings.learner import LearnerSettings
 
 
@@ -80,7 +81,7 @@ def loss(policy, transitions: list[dict], advantages: list[float], inputs: dict)
             # start's chained calls. Given as labels: TRL 1.x's collator no longer reads a
             # `completion_mask` (it folds it into labels when it prepares a dataset, which we
             # never use), and without labels it trained the prompt's tokens too.
-            trained = t.get("tool_mask", [])[:cut] or [1] * len(response)
+            trained = response_tool_mask(t, response)
             examples.append({"input_ids": prompt + response,
                              "labels": [-100] * len(prompt) + [
                                  token if keep else -100

@@ -105,7 +105,7 @@ def inputs_from(transitions: list[dict], advantages: list[float], weights: list[
         prompts.append(prompt)
         completions.append(response)
         logps.append(t["behaviour_logprobs"][: len(response)] or None)
-        tools.append(t.get("tool_mask", [])[: len(response)] or [1] * len(response))
+        tools.append(response_tool_mask(t, response))
     b = len(transitions)
     p_len = max(len(p) for p in prompts)
     c_len = max(len(c) for c in completions)
@@ -138,6 +138,12 @@ def inputs_from(transitions: list[dict], advantages: list[float], weights: list[
     if not bool(tool_mask.all()):
         inputs["tool_mask"] = tool_mask
     return {k: v.to(device) for k, v in inputs.items()}
+
+
+def response_tool_mask(transition: dict, response: list[int]) -> list[int]:
+    """The transition's `tool_mask` over `response` (its response, maybe cut): 1 on the tokens
+    the policy wrote, 0 on tool results between chained calls; all 1 without one."""
+    return transition.get("tool_mask", [])[: len(response)] or [1] * len(response)
 
 
 def trained_mask(inputs: dict) -> torch.Tensor:
