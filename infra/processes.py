@@ -61,10 +61,47 @@ def port_in_use(host: str, port: int) -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
+def _ephemeral_floor() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+# Ports are handed out below the kernel's ephemeral range: a port from bind(0) lies inside it,
+# and between the check and the server's bind any outgoing connection (a broker dialling its
+# peers, a client) may take it as its local port; a 3-broker test once failed so, a broker
+# unable to bind its controller port. Walking from a random start, one process never hands
+# out a port twice (two servers of one test cannot be given the same one).
+_PORTS_FROM = 20000
+_cursor: list[int] = []
+
+
+def free_ports(n: int = 1, host: str = "127.0.0.1") -> int:
+    """The first of `n` consecutive free ports (brokers listen on port + i)."""
+    floor = _ephemeral_floor()
+    span = max(floor - _PORTS_FROM, n + 1)
+    if not _cursor:
+        _cursor.append(int.from_bytes(os.urandom(4), "little") % span)
+    for _ in range(span):
+        first = _PORTS_FROM + _cursor[0] % span
+        _cursor[0] = (_cursor[0] + n) % span
+        if first + n <= _PORTS_FROM + span and all(_bindable(host, first + i) for i in range(n)):
+            return first
+    raise InfraError(f"no {n} consecutive free ports on {host} in {_PORTS_FROM}-{floor - 1}")
+
+
 def free_port(host: str = "127.0.0.1") -> int:
+    return free_ports(1, host)
+
+
+def _bindable(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def require_free(host: str, port: int, what: str, setting: str | None = None) -> None:
@@ -255,13 +292,18 @@ def wait_until(check: Callable[[], bool], timeout_s: float, what: str, log: str 
         if check():
             return
         if alive is not None and not alive():
-            raise InfraError(f"{what} exited during start-up{_tail(log)}")
+            raise InfraError(f"{what} exited during start-up{log_tail(log)}")
         time.sleep(0.25)
-    raise InfraError(f"{what} did not become ready within {timeout_s:.0f}s{_tail(log)}")
+    raise InfraError(f"{what} did not become ready within {timeout_s:.0f}s{log_tail(log)}")
 
 
-def _tail(log: str | None, lines: int = 15) -> str:
+def log_tail(log: str | None, lines: int = 15) -> str:
     if not log or not Path(log).is_file():
         return ""
-    text = Path(log).read_text(errors="replace").splitlines()[-lines:]
-    return f"; last lines of {log}:\n    " + "\n    ".join(text)
+    text = Path(log).read_text(errors="replace").splitlines()
+    # A JVM's last lines are often the tail of a stack trace; its first ERROR line, and the
+    # exception printed under it, say why.
+    at = next((i for i, line in enumerate(text[:-lines]) if " ERROR " in line), None)
+    first_error = text[at:at + 2] if at is not None else []
+    return ((f"; first error in {log}:\n    " + "\n    ".join(first_error) if first_error else "")
+            + f"; last lines of {log}:\n    " + "\n    ".join(text[-lines:]))

@@ -122,12 +122,20 @@ def start(home: Path, kafka: KafkaSettings, brokers: int | None = None,
     layout.write_text(str(brokers))
     servers = bootstrap(kafka, brokers)
     try:
-        for record in started:
-            processes.wait_until(
-                lambda: _brokers_seen(servers) >= brokers, kafka.start_timeout_s,
-                f"Kafka ({record.name})", log=record.log,
-                alive=lambda r=record: processes.pid_alive(r.pid),
-            )
+        # Every broker's death is watched, not only one's: a broker that could not bind its
+        # port leaves its peers waiting for a quorum that never comes, and only its own log
+        # says why.
+        def dead() -> processes.ProcessRecord | None:
+            return next((r for r in started if not processes.pid_alive(r.pid)), None)
+
+        processes.wait_until(
+            lambda: _brokers_seen(servers) >= brokers or dead() is not None,
+            kafka.start_timeout_s, f"Kafka ({', '.join(r.name for r in started)})",
+            log=started[0].log if started else None,
+        )
+        if (gone := dead()) is not None:
+            raise InfraError(f"Kafka ({gone.name}) exited during start-up"
+                             f"{processes.log_tail(gone.log)}")
     except BaseException:
         # Brokers that missed their start-up bound, or whose caller was stopped meanwhile
         # (Ctrl-C, SIGTERM), must not linger: the caller never learns of them, so nothing

@@ -4,6 +4,8 @@ and a three-broker cluster with replication 3."""
 from __future__ import annotations
 
 import random
+import socket
+import time
 
 import pytest
 from confluent_kafka import Consumer, Producer
@@ -89,7 +91,7 @@ def test_port_taken_is_a_clear_error(kafka_broker, tmp_path):
 
 @pytest.mark.slow
 def test_three_brokers_replicate_three_ways(kafka_home):
-    base, cbase = _free_run(3), _free_run(3)
+    base, cbase = processes.free_ports(3), processes.free_ports(3)
     kafka = KafkaSettings(port=base, controller_port=cbase, heap_mb=256, brokers=3)
     try:
         started = broker.start(kafka_home, kafka, brokers=3)
@@ -106,10 +108,19 @@ def test_three_brokers_replicate_three_ways(kafka_home):
         assert sorted(broker.stop(kafka_home)) == ["kafka-1", "kafka-2", "kafka-3"]
 
 
-def _free_run(n: int) -> int:
-    """A port p with p..p+n-1 all free (brokers take consecutive ports)."""
-    for _ in range(50):
-        start = processes.free_port()
-        if start + n < 65535 and not any(processes.port_in_use("127.0.0.1", start + i) for i in range(n)):
-            return start
-    raise RuntimeError("no run of free ports")
+@pytest.mark.slow
+def test_a_broker_that_cannot_bind_its_port_fails_the_start_at_once_with_its_own_log(kafka_home):
+    """A port bound but not listening passes the start's free-port check (nothing answers
+    there), as one taken meanwhile by an outgoing connection does; broker 2 then cannot bind
+    its controller port. Its peers would wait the whole start-up bound for it."""
+    base, cbase = processes.free_ports(3), processes.free_ports(3)
+    kafka = KafkaSettings(port=base, controller_port=cbase, heap_mb=256, brokers=3,
+                          start_timeout_s=120.0)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind(("127.0.0.1", cbase + 1))
+        began = time.monotonic()
+        with pytest.raises(InfraError, match=r"Kafka \(kafka-2\) exited during start-up") as err:
+            broker.start(kafka_home, kafka, brokers=3)
+        assert time.monotonic() - began < 60
+    assert f"{cbase + 1}" in str(err.value)  # the tail of kafka-2's own log names the port
+    assert broker.stop(kafka_home) == []  # the two that started were stopped with it

@@ -134,3 +134,13 @@ def test_a_port_already_taken_names_the_port_and_the_setting(tmp_path, service, 
     assert f"is already taken (setting {setting}, {variable})" in result.stderr
     assert f"set {variable} to another port" in result.stderr
     assert processes.records(tmp_path) == []  # nothing was started
+
+
+def test_free_ports_lie_below_the_ephemeral_range_and_are_never_handed_out_twice():
+    """An ephemeral port can be taken by any outgoing connection between the check and the
+    server's bind; two servers of one test must not be given the same port."""
+    floor = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    firsts = [processes.free_ports(3) for _ in range(50)] + [processes.free_port() for _ in range(50)]
+    taken = [p for first in firsts[:50] for p in range(first, first + 3)] + firsts[50:]
+    assert len(set(taken)) == len(taken)
+    assert all(p < floor for p in taken)

@@ -72,26 +72,16 @@ TOLERANCE = 5e-6
 FIRST_STEP_TOLERANCE = 1.5e-5
 
 
-def _free_ports(n: int) -> int:
-    """The first of `n` consecutive free loopback ports (brokers use port + i)."""
-    for _ in range(200):
-        first = processes.free_port()
-        if first + n < 65535 and not any(processes.port_in_use("127.0.0.1", first + i)
-                                         for i in range(1, n)):
-            return first
-    raise AssertionError(f"no {n} consecutive free ports")
-
-
 def _settings(home: Path, model_dir: Path):
     base = load_settings(home=home, base_model=str(model_dir))
     sections = {
-        "kafka": {"port": _free_ports(3), "controller_port": _free_ports(3), "heap_mb": 256},
+        "kafka": {"port": processes.free_ports(3), "controller_port": processes.free_ports(3), "heap_mb": 256},
         "topics": {"prefix": f"rh-{uuid.uuid4().hex[:6]}"},
         "postgres": {"port": processes.free_port()},
         "mlflow": {"port": processes.free_port(), "experiment": EXPERIMENT},
         "engine": {"port": processes.free_port()},
-        "gateway": {"port": _free_ports(2)},
-        "streams": {"web_port": _free_ports(2), "session_timeout_s": 10.0},
+        "gateway": {"port": processes.free_ports(2)},
+        "streams": {"web_port": processes.free_ports(2), "session_timeout_s": 10.0},
         # Small steps, each one checkpointed; no transition is too stale to train on, so the
         # ledger holds every transition.
         "learner": {"metrics_port": processes.free_port(), "batch_size": 4, "advantage": "batch",
