@@ -15,6 +15,13 @@ times`) or `{nth}` (`half`, `third`) for the same `{n}` in words. A question for
 family's direct question (`{Ask}`/`{ask}`, without its question mark) or its indirect one
 (`{tell}`). Families, question forms, distractors and bare forms belong to one split each, so a
 held-out problem shares no sentence template with training traffic.
+
+Training has far more of each (20 scenario families: stock, a fish tank, a club, a video game, an
+inbox, ...) and varies how a sentence is built, not only its nouns: the same operator said with
+different verbs, in the passive, with the number after its noun ("a donation of {n} cans"), or as
+a fraction ("only one {nth} of them stay"), so a model learns to read a story into arithmetic
+rather than to recognise a handful of templates. Whatever the words, a divide step leaves
+exactly one of `{n}` equal shares and a times step makes the quantity `{n}` times as large.
 """
 
 from __future__ import annotations
@@ -157,6 +164,225 @@ _TRAIN_FAMILIES = (
                 "{He} shares them equally among {n} school libraries, {his} own among them, and "
                 "keeps its share."),
         ask="How many {unit} does {who}'s library have", tell="how many {unit} {who}'s library has"),
+    Family(
+        "aquarium", ("fish", "guppies", "goldfish", "snails"),
+        starts=("{who}'s fish tank holds {a} {unit}.",
+                "There are {a} {unit} living in {who}'s aquarium."),
+        products=("{who} buys {a} bags with {b} {unit} in each and empties them all into a new "
+                  "tank.",),
+        shares=("A pet shop splits {a} {unit} equally among {b} tanks, and {who} takes one of the "
+                "tanks home.",),
+        plus=("{n} baby {unit} are born overnight.",
+              "{He} adds {n} more {unit} from the pet shop."),
+        minus=("{He} gives {n} of the {unit} to a friend.",
+               "{He} moves {n} of the {unit} to a second tank."),
+        times=("The {unit} breed until there are {times} as many.",
+               "By spring the tank holds {n} times as many {unit}."),
+        divide=("Only one {nth} of the {unit} stay in the tank; {he} gives the rest to a school.",
+                "{He} splits the {unit} equally into {n} groups, keeps one group in the tank and "
+                "gives the other groups away."),
+        ask="How many {unit} are in {who}'s tank", tell="how many {unit} are in {who}'s tank"),
+    Family(
+        "car park", ("cars", "motorbikes", "vehicles"),
+        starts=("The car park that {who} looks after has {a} {unit} in it.",
+                "At opening time, {a} {unit} are parked in {who}'s car park."),
+        products=("{a} rows of {b} {unit} each fill the empty car park that {who} runs.",),
+        shares=("{b} car parks share {a} {unit} from a festival equally, and {who} runs one of the "
+                "car parks.",),
+        plus=("{n} more {unit} pull in before noon.",
+              "During the football match, {n} {unit} are parked there."),
+        minus=("When the shops close, the owners drive {n} of the {unit} away.",
+               "A tow truck removes {n} of the {unit}."),
+        times=("By rush hour there are {n} times as many {unit} in it.",
+               "A concert nearby fills the car park with {times} as many {unit}."),
+        divide=("Because of roadworks, only one {nth} of the {unit} may stay, and the others "
+                "leave.",
+                "The {unit} are split into {n} equal groups, and every group but one is sent to "
+                "another car park."),
+        ask="How many {unit} are in {who}'s car park",
+        tell="how many {unit} are in {who}'s car park"),
+    Family(
+        "sports club", ("members", "players", "athletes"),
+        starts=("{who} coaches a club of {a} {unit}.", "{who}'s sports club has {a} {unit}."),
+        products=("{who}'s club is made up of {a} teams of {b} {unit} each.",),
+        shares=("{a} {unit} sign up and are divided equally into {b} clubs; {who} coaches one of "
+                "the clubs.",),
+        plus=("{n} new {unit} join after an open day.",
+              "A partner club merges in, bringing {n} {unit} with it."),
+        minus=("At the end of the season the club says goodbye to {n} of its {unit}.",
+               "{He} loses {n} of the {unit} to a rival club."),
+        times=("A report on television brings in so many {unit} that the club grows {n}-fold.",
+               "Within a year the club has {times} as many {unit}."),
+        divide=("Only one {nth} of the {unit} stay on for the winter; the rest leave.",
+                "The club splits into {n} equal clubs, and {who} keeps coaching one of them."),
+        ask="How many {unit} does {who}'s club have", tell="how many {unit} {who}'s club has"),
+    Family(
+        "video game", ("coins", "points", "gems", "stars"),
+        starts=("{who} starts a game with {a} {unit}.",
+                "{who}'s game character carries {a} {unit}."),
+        products=("Starting a new game with nothing, {who} clears {a} levels and collects {b} "
+                  "{unit} on each one.",),
+        shares=("{b} players on a team, {who} among them, split {a} {unit} from a chest equally.",),
+        plus=("{He} picks up {n} {unit} in a cave.", "A bonus round awards {him} {n} {unit}.",
+              "{He} defeats a dragon, which is worth {n} {unit}."),
+        minus=("{He} spends {n} of the {unit} on a new sword.",
+               "Falling into lava costs {him} {n} of {his} {unit}."),
+        times=("A power-up multiplies {his} {unit} by {n}.",
+               "After a golden mushroom, {he} has {times} as many {unit} as before."),
+        divide=("A curse cuts {his} {unit} to one {nth} of what {he} had.",
+                "{He} shares the {unit} equally with {his} team, {n} players in all, {self} "
+                "included, and keeps {his} share."),
+        ask="How many {unit} does {who} have in the game",
+        tell="how many {unit} {who} has in the game"),
+    Family(
+        "toy workshop", ("toy cars", "teddy bears", "robots", "dolls"),
+        starts=("{who}'s workshop has {a} {unit} ready.",
+                "On Monday morning, {who}'s workshop holds {a} finished {unit}."),
+        products=("Starting from an empty store room, {who}'s machine makes {b} {unit} an hour for "
+                  "{a} hours.", "{a} workers in {who}'s new workshop make {b} {unit} each."),
+        shares=("A toy factory shares the {a} {unit} in its store room equally among its {b} "
+                "workshops, and {who} runs one of the workshops.",),
+        plus=("A batch of {n} {unit} comes off the line.",
+              "The night shift makes another {n} {unit}."),
+        minus=("Inspectors reject {n} of the {unit}.",
+               "{He} sells {n} of the {unit} to a toy shop."),
+        times=("A new machine works so fast that soon there are {times} as many {unit}.",
+               "A big order pushes production up until there are {n} times as many {unit}."),
+        divide=("The {unit} are divided equally into {n} batches, and every batch but one is sold.",
+                "{He} gives all of the {unit} away except one {nth} of them."),
+        ask="How many {unit} does {who} have", tell="how many {unit} {who} has"),
+    Family(
+        "food bank", ("cans", "tins", "jars"),
+        starts=("{who}'s food bank has {a} {unit} of food on its shelves.",
+                "{who} counts {a} {unit} in the food bank's store room."),
+        products=("{a} families each give {b} {unit} to {who}'s new food bank.",
+                  "{who} opens a food bank by collecting {b} {unit} at each of {a} schools."),
+        shares=("A supermarket gives {a} {unit}, split equally among {b} food banks; {who} runs "
+                "one of the food banks.",),
+        plus=("A donation of {n} {unit} comes in.", "{n} {unit} are dropped off by a local shop.",
+              "The scouts collect {n} {unit} for {him}."),
+        minus=("{He} hands out {n} of the {unit} to families in need.",
+               "{He} throws away {n} of the {unit} because they are past their date."),
+        times=("After an appeal in the newspaper, {he} has {times} as many {unit}.",
+               "A matching gift from a company multiplies the number of {unit} by {n}."),
+        divide=("{He} sends all but one {nth} of the {unit} to a shelter across town.",
+                "{He} shares the {unit} equally among {n} food banks, {his} own included, and "
+                "keeps {his} own share."),
+        ask="How many {unit} are in {who}'s food bank",
+        tell="how many {unit} are in {who}'s food bank"),
+    Family(
+        "playlist", ("songs", "tracks", "tunes"),
+        starts=("{who}'s playlist has {a} {unit}.", "{who} makes a playlist of {a} {unit}."),
+        products=("{who} fills an empty playlist with {a} albums of {b} {unit} each.",),
+        shares=("A DJ splits {a} {unit} equally into {b} playlists and gives one playlist to "
+                "{who}.",),
+        plus=("{He} adds {n} {unit} from a new album.", "A friend sends {him} {n} {unit} to add.",
+              "{n} {unit} are added after a concert."),
+        minus=("{He} deletes {n} of the {unit}.",
+               "{He} removes {n} of the {unit} because {he} is tired of them."),
+        times=("{He} keeps adding {unit} until the playlist is {n} times as long.",
+               "Over the summer the playlist grows to {times} its length."),
+        divide=("{He} cuts the playlist down to one {nth} of its length.",
+                "{He} splits the {unit} into {n} equal playlists and keeps only one of them."),
+        ask="How many {unit} are on {who}'s playlist",
+        tell="how many {unit} are on {who}'s playlist"),
+    Family(
+        "hotel", ("guests", "visitors", "tourists"),
+        starts=("{who}'s hotel has {a} {unit} staying.",
+                "{who} runs a hotel with {a} {unit} in it."),
+        products=("{who}'s hotel has {a} floors, and {b} {unit} stay on each floor.",),
+        shares=("A conference books {a} {unit} into {b} hotels, the same number in each, and one "
+                "of the hotels is {who}'s.",),
+        plus=("A wedding party brings {n} more {unit}.",
+              "Late at night, {n} more {unit} check in."),
+        minus=("{He} says goodbye to {n} of the {unit} at checkout.",
+               "A coach takes {n} of the {unit} to the airport."),
+        times=("During the festival the hotel holds {times} as many {unit}.",
+               "A big event fills the hotel with {n} times as many {unit}."),
+        divide=("Only one {nth} of the {unit} stay for a second week.",
+                "Building work closes most rooms: the {unit} are split into {n} equal groups, and "
+                "all groups but one move to other hotels."),
+        ask="How many {unit} are staying at {who}'s hotel",
+        tell="how many {unit} are staying at {who}'s hotel"),
+    Family(
+        "beehive", ("bees", "worker bees"),
+        starts=("{who} keeps a hive with {a} {unit}.",
+                "A swarm of {a} {unit} moves into {who}'s empty hive."),
+        products=("{who} starts a new hive with {a} packages of {b} {unit} each.",),
+        shares=("A beekeeping club splits {a} {unit} equally into {b} hives and gives one hive to "
+                "{who}.",),
+        plus=("{n} young {unit} hatch during the week.", "{n} stray {unit} join the hive."),
+        minus=("Cold weather kills {n} of the {unit}.", "Birds catch {n} of the {unit}."),
+        times=("By midsummer the number of {unit} has grown {n}-fold.",
+               "In spring the colony grows to {times} its size."),
+        divide=("The colony swarms: the {unit} split into {n} equal groups, and only one group "
+                "stays in the hive.",
+                "{He} divides the {unit} equally into {n} hives, keeps one hive and sells the "
+                "others."),
+        ask="How many {unit} live in {who}'s hive", tell="how many {unit} live in {who}'s hive"),
+    Family(
+        "shop stock", ("shirts", "umbrellas", "backpacks", "jackets"),
+        starts=("{who}'s shop has {a} {unit} in stock.",
+                "{who} counts the stock and finds {a} {unit}."),
+        products=("{who} fills {a} empty racks with {b} {unit} on each rack.",),
+        shares=("{a} {unit} are divided equally among a chain's {b} shops, and {who} manages one "
+                "of the shops.",),
+        plus=("Customers return {n} {unit}.", "{He} buys {n} {unit} from a wholesaler."),
+        minus=("Customers buy {n} of the {unit}.", "{He} sells {n} of the {unit} in a sale."),
+        times=("After a restock there are {times} as many {unit} in the shop.",
+               "{He} orders enough to have {n} times as many {unit}."),
+        divide=("A closing-down sale leaves only one {nth} of the {unit}.",
+                "{He} splits the {unit} equally among {n} shops, {his} own included, and keeps "
+                "{his} shop's share."),
+        ask="How many {unit} does {who}'s shop have in stock",
+        tell="how many {unit} {who}'s shop has in stock"),
+    Family(
+        "photos", ("photos", "pictures", "snapshots"),
+        starts=("{who}'s phone holds {a} {unit}.", "There are {a} {unit} in {who}'s camera roll."),
+        products=("With a new phone, {who} takes {b} {unit} on each of {a} days out.",),
+        shares=("{a} {unit} from a class trip are shared equally among {b} classmates, {who} "
+                "included.",),
+        plus=("{He} takes {n} {unit} at a wedding.",
+              "{His} grandfather sends {him} {n} old {unit}."),
+        minus=("{He} deletes {n} of the blurry {unit}.",
+               "{He} clears out {n} of the {unit} to free up space."),
+        times=("After the holidays {he} has {times} as many {unit}.",
+               "{He} copies in old {unit} until there are {n} times as many."),
+        divide=("{He} keeps only one {nth} of the {unit} and deletes the rest.",
+                "{He} sorts the {unit} into {n} equal folders and deletes every folder but one."),
+        ask="How many {unit} does {who} have", tell="how many {unit} {who} has"),
+    Family(
+        "inbox", ("emails", "messages"),
+        starts=("{who}'s inbox holds {a} {unit}.", "There are {a} unread {unit} in {who}'s inbox."),
+        products=("{a} colleagues each send {b} {unit} to {who}'s new, empty inbox.",),
+        shares=("{a} {unit} to a help desk are sorted equally into the inboxes of {b} staff, {who} "
+                "among them.",),
+        plus=("{n} new {unit} arrive overnight.", "A newsletter service sends {him} {n} {unit}."),
+        minus=("{He} answers {n} of the {unit} and archives them.",
+               "{He} deletes {n} of the {unit} without reading them."),
+        times=("After a week away {he} has {times} as many {unit}.",
+               "A mailing list floods the inbox until there are {n} times as many {unit}."),
+        divide=("A filter moves all but one {nth} of the {unit} into the spam folder.",
+                "{He} shares the {unit} equally with {his} team, {n} people in all, {self} "
+                "included, and keeps {his} share in the inbox."),
+        ask="How many {unit} are in {who}'s inbox", tell="how many {unit} are in {who}'s inbox"),
+    Family(
+        "animal shelter", ("dogs", "cats", "kittens", "puppies"),
+        starts=("{who} runs an animal shelter that looks after {a} {unit}.",
+                "There are {a} {unit} at {who}'s shelter."),
+        products=("{who}'s new shelter takes in {b} {unit} a month for {a} months, and none "
+                  "leave.",),
+        shares=("{a} rescued {unit} are split equally among {b} shelters, and {who} runs one of "
+                "the shelters.",),
+        plus=("{n} stray {unit} are brought in.", "Another shelter sends {him} {n} {unit}."),
+        minus=("Families adopt {n} of the {unit}.", "{He} finds new homes for {n} of the {unit}."),
+        times=("After a hard winter the shelter holds {times} as many {unit}.",
+               "The shelter grows until it cares for {n} times as many {unit}."),
+        divide=("The {unit} are shared equally among {n} shelters, {who}'s own included, and {he} "
+                "keeps {his} shelter's share.",
+                "Foster families take all but one {nth} of the {unit}."),
+        ask="How many {unit} are at {who}'s shelter",
+        tell="how many {unit} are at {who}'s shelter"),
 )
 
 _HELDOUT_FAMILIES = (
@@ -221,10 +447,19 @@ PHRASINGS = {
     "train": Phrasings(
         _TRAIN_FAMILIES,
         questions=("{Ask} now?", "{Ask} at the end?", "After all that, {ask}?", "Work out {tell}.",
-                   "Find {tell}."),
+                   "Find {tell}.", "So, {ask}?", "{Ask} by now?", "{Ask} after these changes?",
+                   "At this point, {ask}?", "Tell me {tell}.", "Calculate {tell}.",
+                   "Can you say {tell}?"),
         distractors=("{other} is {k} years old.", "It is {k} degrees outside.",
-                     "{who}'s house is number {k} on its street.", "{other} lives {k} doors down."),
-        bare=("What is {expression}?", "Compute {expression}.", "Calculate {expression}."),
+                     "{who}'s house is number {k} on its street.", "{other} lives {k} doors down.",
+                     "{other} owns {k} board games.", "{who}'s favourite number is {k}.",
+                     "{other} sits in seat {k} at the cinema.",
+                     "It has rained on {k} days this year.",
+                     "{who}'s gym locker is number {k}.", "{other}'s jigsaw puzzle has {k} pieces.",
+                     "The school down the road is {k} years old."),
+        bare=("What is {expression}?", "Compute {expression}.", "Calculate {expression}.",
+              "Work out {expression}.", "Solve {expression}.", "How much is {expression}?",
+              "What do you get for {expression}?", "Find the result of {expression}."),
     ),
     "heldout": Phrasings(
         _HELDOUT_FAMILIES,

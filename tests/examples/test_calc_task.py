@@ -80,9 +80,11 @@ def test_generator_is_seeded_and_exact(split):
     for problem in first:
         assert isinstance(problem.answer, int) and 0 <= problem.answer < 10**7
         assert evaluate(problem.expression) == problem.answer, problem
-    # the split is part of the seed: a held-out set never repeats a training seed's numbers
+    # the split is part of the seed: a held-out set does not repeat a training seed's numbers
+    # (one-operation expressions, "194 / 2", come from a space small enough to meet by chance)
     other = "train" if split == "heldout" else "heldout"
-    assert {p.expression for p in first}.isdisjoint(p.expression for p in generate(300, 7, split=other))
+    assert {p.expression for p in first if p.difficulty > 1}.isdisjoint(
+        p.expression for p in generate(300, 7, split=other) if p.difficulty > 1)
 
 
 @pytest.mark.parametrize("difficulties", [(1,), (2,), (3,), (1, 2, 3)])
@@ -144,13 +146,13 @@ def test_distractor_numbers_play_no_part(split):
 def test_problems_read_as_worked_by_hand():
     """A few problems checked by reading them: the story's words agree with the expression."""
     assert generate(3, seed=1, split="train")[1:] == [
-        Problem("Ada runs a small library with 343 comics. Ada's house is number 29 on its street. "
-                "A donor gives her 241 comics. Readers borrow 295 comics. How many comics does "
-                "Ada's library have now?", 289, 2, "343 + 241 - 295", 29),
-        Problem("Eli runs a small library with 355 books. 206 old books are thrown away. A donor "
-                "gives him 4 books. Chen is 17 years old. After a big donation the library has "
-                "three times as many books. After all that, how many books does Eli's library "
-                "have?", 459, 3, "(355 - 206 + 4) * 3", 17),
+        Problem("Julia's gym locker is number 30. 372 marbles are shared equally among 3 children, "
+                "and Julia is one of them. Her cousin gives her 295 more. Calculate how many "
+                "marbles Julia has.", 419, 2, "372 / 3 + 295", 30),
+        Problem("Chen sits in seat 5 at the cinema. There are 274 cats at Ben's shelter. Families "
+                "adopt 206 of the cats. The cats are shared equally among 2 shelters, Ben's own "
+                "included, and he keeps his shelter's share. Another shelter sends him 186 cats. "
+                "Find how many cats are at Ben's shelter.", 220, 3, "(274 - 206) / 2 + 186", 5),
     ]
     assert generate(3, seed=1, split="heldout")[1] == Problem(
         "60 parcels are split evenly among 12 vans; Hana drives one of them. The parcels are shared "
