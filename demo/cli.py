@@ -137,7 +137,10 @@ def eval_command(
     alias: str = typer.Option(None, help="A registry alias instead of a version "
                               f"({', '.join(REGISTRY_ALIASES)})."),
     threads: int = typer.Option(16, min=1, help="Problems solved at once (the eval engine "
-                                "runs as many parallel slots)."),
+                                "runs as many parallel slots). 1 gives the same scores on every "
+                                "run; with more, batched decoding can flip a borderline answer "
+                                "between runs (llama.cpp's kernels round differently per batch "
+                                "size), for about 1.3x less time."),
     per_agent: bool = typer.Option(False, "--per-agent", help="sql only: each agent's figures "
                                    "too (the Writer's first query and how it fails, the "
                                    "Checker's agreement with the truth, the Rewriter's "

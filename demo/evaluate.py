@@ -48,7 +48,10 @@ def accuracy(task, problems: list, base_url: str, threads: int = 8,
              on_done: Callable[[float], None] | None = None,
              episodes: list | None = None, system_prompt: str | None = None) -> list[float]:
     """Held-out scores of the task's agent on `problems` (its `metric`: the reward, rag's answer
-    F1), greedy (temperature 0, fixed seeds): the same engine state gives the same scores.
+    F1), greedy (temperature 0, fixed seeds). With `threads=1` the same engine state gives the
+    same scores on every run. With more, llama.cpp batches whichever problems are running into
+    one decode step, and its CPU kernels round differently for other batch sizes, so a
+    borderline greedy answer can flip from run to run (CI saw 1 of 8 base-model problems do so).
     `on_done(score)` after each problem; with `episodes`, each problem's episode is appended to
     it (in the order they finish); `system_prompt` replaces the agent's own (calc)."""
     agent = task.agent(base_url, tracer=None, temperature=0.0, system_prompt=system_prompt)

@@ -77,7 +77,9 @@ def test_short_loop_registers_reloads_and_serves_the_new_version(kafka_broker, m
     assert all(not processes.pid_alive(r.pid) for r in processes.records(tmp_path))
 
 
-def test_eval_gives_the_same_accuracy_twice_greedy(tmp_path, base_model_dir):
+def test_eval_with_one_thread_gives_the_same_accuracy_twice_greedy(tmp_path, base_model_dir):
+    # One problem at a time: with 16, llama.cpp's batches differ from run to run and so does
+    # its rounding; these 8 problems scored 0.125 and 0.25 in CI that way.
     problems = tmp_path / "problems.jsonl"
     write_jsonl(generate(8, seed=5, difficulties=(1,)), problems)
     env = {**os.environ, "TRACETRAIN_HOME": str(tmp_path), "TRACETRAIN_BASE_MODEL": str(base_model_dir),
@@ -85,13 +87,12 @@ def test_eval_gives_the_same_accuracy_twice_greedy(tmp_path, base_model_dir):
     results = []
     for _ in range(2):
         done = subprocess.run([TRACETRAIN, "eval", "--task", "calc", "--problems", str(problems),
-                               "--version", "base"], env=env, capture_output=True, text=True,
-                              timeout=600)
+                               "--version", "base", "--threads", "1"], env=env,
+                              capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stdout + done.stderr
         results.append(json.loads(done.stdout.strip().splitlines()[-1]))
     assert results[0] == results[1]
     assert results[0]["task"] == "calc" and results[0]["version"] == "base" and results[0]["n"] == 8
-    assert 0.0 <= results[0]["accuracy"] <= 1.0
     assert processes.records(tmp_path) == [] or all(
         not processes.pid_alive(r.pid) for r in processes.records(tmp_path))
 
