@@ -7,29 +7,41 @@ told in many phrasings, with the phrasings of a held-out split never used in tra
 
 Each Problem holds the question, its integer answer, its difficulty (the number of operations,
 1 to 3) and the expression that gives the answer (`calculator.evaluate(expression) == answer`,
-which the tests check). Most are small stories (examples/calc/phrasings.py: shopping, baking,
-a bus route, ...): an opening sentence, one sentence per further operation, a question, and in
-about a quarter of them a sentence with a number that plays no part (`Problem.distractor`).
-About one in seven is a bare expression ("What is (12 + 7) * 3?"). Operations are + - * / on non-negative integers, with
-every division exact and every result below 10**7.
+which the tests check). Most are small stories, and most stories change one running quantity
+step by step (examples/calc/phrasings.py: shopping, baking, a bus route, ...): an opening
+sentence, one sentence per further operation, a question; SHAPE_SHARE of the stories have
+another shape (examples/calc/shapes.py: change from a payment, two related parts, what is left of
+a whole, items packed into boxes, ...) with as many operations, where the split has one. About
+a quarter of all stories have a sentence with a number that plays no part
+(`Problem.distractor`). About one in seven problems is a bare expression ("What is (12 + 7) *
+3?"). Operations are + - * / on non-negative integers, with every division exact and every
+result below 10**7.
 
-The `train` and `heldout` splits share no scenario family, question form, distractor sentence
-or bare-expression form, so held-out accuracy measures phrasings the agent never trained on,
-not only numbers; the split is part of the seed, so the two draw different numbers too. The
-same (n, seed, difficulties, split) gives the same problems.
+The `train` and `heldout` splits share no scenario family, question form, distractor sentence,
+bare-expression form or shape template, and some shapes are told in the held-out split only
+(shapes.HELDOUT_ONLY), so held-out accuracy measures phrasings and kinds of problem the agent
+never trained on, not only numbers; the split is part of the seed, so the two draw different
+numbers too. The same (n, seed, difficulties, split) gives the same problems.
+
+Since the shapes came in, a seed gives other problems than before in both splits, the held-out
+set included: held-out accuracies measured before then are on another set (fewer kinds of
+problem) and compare with later ones only roughly.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from examples.calc.phrasings import NAMES, PHRASINGS, SPLITS, Family
+from examples.calc.shapes import Shape, shapes
 from examples.errors import ExamplesError
 
 BARE_SHARE = 0.15
+SHAPE_SHARE = 0.3  # of the story problems: another shape than a chain (examples/calc/shapes.py)
 DISTRACTOR_SHARE = 0.25
 _INVERSE = {"+": "-", "-": "+", "*": "/", "/": "*"}
 _PRONOUNS = {"she": ("she", "her", "her", "herself"), "he": ("he", "him", "his", "himself")}
@@ -126,23 +138,40 @@ def _story(rng: random.Random, family: Family, chain: _Chain, kind: str, numbers
     return sentences
 
 
+def _shape_story(rng: random.Random, shape: Shape, split: str,
+                 person: dict) -> tuple[list[str], str, int]:
+    """A problem of another shape than a chain (examples/calc/shapes.py): its sentences, its
+    expression and its answer."""
+    numbers, answer = shape.draw(rng)
+    n = numbers.get("n")
+    in_words = {"times": _TIMES[n], "nth": _NTH[n]} if n in _TIMES else {}
+    text = rng.choice(shape.templates[split]).format(**person, **numbers, **in_words)
+    return re.split(r"(?<=[.?]) ", text), shape.expression.format(**numbers), answer
+
+
 def _problem(rng: random.Random, n_ops: int, split: str) -> Problem:
     phrasings = PHRASINGS[split]
     chain, kind, numbers = _chain(rng, n_ops)
     if rng.random() < BARE_SHARE:
         question = rng.choice(phrasings.bare).format(expression=chain.expression)
         return Problem(question, chain.value, n_ops, chain.expression)
-    family, person = rng.choice(phrasings.families), _person(rng)
-    sentences = _story(rng, family, chain, kind, numbers, person, rng.choice(phrasings.questions))
+    person, fitting = _person(rng), shapes(split, n_ops)
+    # a shape that tells `n_ops` operations, or (where the split has none) a chain story
+    if rng.random() < SHAPE_SHARE and fitting:
+        sentences, expression, answer = _shape_story(rng, rng.choice(fitting), split, person)
+    else:
+        family, question_form = rng.choice(phrasings.families), rng.choice(phrasings.questions)
+        sentences = _story(rng, family, chain, kind, numbers, person, question_form)
+        expression, answer = chain.expression, chain.value
     distractor = None
     if rng.random() < DISTRACTOR_SHARE:
-        used = {int(token) for token in chain.expression.replace("(", " ").replace(")", " ").split()
+        used = {int(token) for token in expression.replace("(", " ").replace(")", " ").split()
                 if token.isdigit()}
         distractor = rng.choice([k for k in range(3, 100) if k not in used])
         # anywhere before the question, the opening included: the agent must not rely on position
         sentences.insert(rng.randint(0, len(sentences) - 1),
                          rng.choice(phrasings.distractors).format(**person, k=distractor))
-    return Problem(" ".join(sentences), chain.value, n_ops, chain.expression, distractor)
+    return Problem(" ".join(sentences), answer, n_ops, expression, distractor)
 
 
 def generate(n: int, seed: int, difficulties: tuple[int, ...] = (1, 2, 3),
