@@ -3,25 +3,37 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 import uuid
+from collections import Counter
 
 from confluent_kafka import Consumer, TopicPartition
 
 from infra import processes
 from schemas import Codec
 
+log = logging.getLogger(__name__)
+
 
 def consume(bootstrap: str, topic: str, expected: int, timeout_s: float = 60.0,
             name: str = "Span", settle_s: float = 1.0) -> list[tuple[str, dict]]:
     """(key, decoded value) of every record of `topic`, in partition order; waits for
-    `expected` records, then a little longer so that duplicates would show."""
+    `expected` records, then a little longer so that duplicates would show. Short of
+    `expected` at the deadline, it logs what each partition holds on the broker against what
+    was read, and the errors seen, so that a failing test says whether records are missing
+    from Kafka or were not read."""
+    # earliest: a fetch error that resets a partition's position must not skip its records
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "log_level": 3})
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "log_level": 3})
     meta = consumer.list_topics(topic, timeout=10).topics[topic]
-    consumer.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
+    partitions = [TopicPartition(topic, p, 0) for p in meta.partitions]
+    consumer.assign(partitions)
     codec = Codec()
     out: list[tuple[str, dict]] = []
+    read: Counter = Counter()
+    errors: Counter = Counter()
     deadline = time.monotonic() + timeout_s
     settle_until = None
     try:
@@ -29,12 +41,21 @@ def consume(bootstrap: str, topic: str, expected: int, timeout_s: float = 60.0,
             msgs = consumer.consume(1000, timeout=0.5)
             for m in msgs:
                 if m.error():
+                    errors[f"{m.partition()}: {m.error().name()}"] += 1
                     continue
+                read[m.partition()] += 1
                 out.append((m.key().decode(), codec.decode(m.value(), name)))
             if len(out) >= expected:
                 settle_until = settle_until or time.monotonic() + settle_s
                 if time.monotonic() >= settle_until:
                     break
+        if len(out) < expected:
+            held = {tp.partition: consumer.get_watermark_offsets(tp, timeout=5)
+                    for tp in partitions}
+            log.warning("read %d of %d records of %s in %.0f s; per partition (low, high) on "
+                        "the broker and read: %s; errors: %s", len(out), expected, topic,
+                        timeout_s, {p: (held[p], read[p]) for p in sorted(held)},
+                        dict(errors) or "none")
     finally:
         consumer.close()
     return out

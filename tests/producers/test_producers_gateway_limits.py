@@ -130,7 +130,11 @@ def test_a_full_spool_answers_503_with_retry_after_until_deliveries_make_room(
     def seq(span: dict) -> str:
         return json.loads(span["llm"]["request_messages"])[0]["content"][:3]
 
-    assert sorted(seq(s) for k, s in arrived if k != "ro-after") == accepted
+    # The publisher's counts say whether it took every record as delivered (consume logs
+    # what each partition holds on the broker): about 1 run in 10 here has had records
+    # acknowledged to the publisher that the broker's log does not hold (see the README).
+    got = sorted(seq(s) for k, s in arrived if k != "ro-after")
+    assert got == accepted, (dict(pub.counts), [k for k, _ in arrived])
     assert sum(k == "ro-after" for k, _s in arrived) == 1
     for rollout in {f"ro-{i % 5}" for i in range(len(accepted))}:
         mine = [seq(s) for k, s in arrived if k == rollout]
