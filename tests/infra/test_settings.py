@@ -65,6 +65,7 @@ def test_the_publishers_ordering_properties_cannot_be_switched_off(monkeypatch):
     monkeypatch.setenv("TRACETRAIN_PUBLISHER__LIBRDKAFKA", '{"socket.timeout.ms": 5000}')
     config = producer_config(load_settings())
     assert config["enable.gapless.guarantee"] is True and config["enable.idempotence"] is True
+    assert config["max.in.flight.requests.per.connection"] == 1  # no implicit acks (publisher)
     assert config["socket.timeout.ms"] == 5000
 
 

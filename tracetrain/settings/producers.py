@@ -12,7 +12,8 @@ from tracetrain.settings.urls import check_urls
 # librdkafka properties the publisher's promise rests on: not overridable through `librdkafka`.
 PROTECTED_LIBRDKAFKA = ("bootstrap.servers", "enable.idempotence", "acks", "message.timeout.ms",
                         "message.max.bytes", "compression.type", "linger.ms", "batch.size",
-                        "queue.buffering.max.messages", "enable.gapless.guarantee")
+                        "queue.buffering.max.messages", "enable.gapless.guarantee",
+                        "max.in.flight.requests.per.connection", "max.in.flight")
 
 
 class PublisherSettings(BaseModel):
