@@ -125,9 +125,13 @@ def create_app(settings: Settings, publisher: Publisher | None = None) -> FastAP
         metrics.register(state["pub"].metrics.registry)
         headers = {"authorization": f"Bearer {gw.upstream_api_key.get_secret_value()}"} \
             if gw.upstream_api_key else {}
-        # A dead host fails the connect in probe_timeout_s, not in a generation's time.
+        # A dead host fails the connect in probe_timeout_s, not in a generation's time. Idle
+        # connections go after 2 s, before the engine's uvicorn (and vLLM's) closes them at
+        # 5 s: with both at 5 s, a call sent just as the engine closed its connection would
+        # fail unanswered and take a healthy engine out of the pool.
         state["http"] = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(
-            gw.upstream_timeout_s, connect=gw.probe_timeout_s))
+            gw.upstream_timeout_s, connect=gw.probe_timeout_s),
+            limits=httpx.Limits(keepalive_expiry=2.0))
         probes = httpx.AsyncClient(timeout=gw.probe_timeout_s, headers=headers)
         held_task = recorder.start(state["pub"])
         watch_task = asyncio.create_task(upstreams.watch(pool, probes, gw.versions_refresh_s))

@@ -127,6 +127,7 @@ def build_app(policy: Policy, settings: EngineSettings, base_name: str, *, load_
     async def policy_info() -> dict:
         return {**_policy_info(), "loads": app.state.loads[-20:], "slots": settings.slots,
                 "weights": settings.weights, "requests": upstreams.requests,
+                "resent": upstreams.resent,
                 "most_in_flight": upstreams.most_in_flight, "admitted": gate.admitted,
                 "admit_limit": gate.limit,
                 "draining": [u.policy_version for u in upstreams.retiring]}

@@ -25,6 +25,10 @@ from serving.llamacpp.server import LlamaServer, LlamaServerError
 
 log = logging.getLogger("tracetrain.engine")
 
+# Seconds an idle connection to llama-server is kept for reuse: below the 5 s after which
+# cpp-httplib closes it (CPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND).
+KEEPALIVE_S = 2.0
+
 
 class UpstreamError(ServingError):
     """llama-server failed a request (it answered an error or died mid-way)."""
@@ -51,10 +55,15 @@ class Upstreams:
         self.drain_timeout_s = drain_timeout_s
         self.most_in_flight = 0
         self.requests = 0
+        self.resent = 0  # requests sent again after a connection closed without an answer
         self._swap_lock = asyncio.Lock()
         # Each slot of llama-server takes one connection; keep enough open for all of them.
+        # llama-server (cpp-httplib) closes a connection idle for 5 s, httpx's default expiry
+        # is also 5 s: a request sent on a connection at 4.99 s idle met the server's close
+        # and failed with "Server disconnected". Retiring ours well before avoids that race.
         self._http = httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0),
-                                       limits=httpx.Limits(max_connections=256))
+                                       limits=httpx.Limits(max_connections=256,
+                                                           keepalive_expiry=KEEPALIVE_S))
 
     # ---- requests ---------------------------------------------------------------------------
     def _take(self, upstream: Upstream | None = None) -> Upstream:
@@ -69,8 +78,11 @@ class Upstreams:
         or on the current upstream."""
         upstream = self._take(on)
         try:
-            response = await self._http.post(f"{upstream.server.url}/completion",
-                                             json=completion_body(req))
+            response = await self._open(upstream, completion_body(req))
+            try:
+                await response.aread()
+            finally:
+                await response.aclose()
             body = _checked(response, upstream)
         except httpx.HTTPError as exc:
             raise UpstreamError(f"llama-server (policy_version {upstream.policy_version}) "
@@ -93,8 +105,8 @@ class Upstreams:
         upstream = self._take(on)
         result = GenResult(policy_version=upstream.policy_version)
         try:
-            async with self._http.stream("POST", f"{upstream.server.url}/completion",
-                                         json=completion_body(req, stream=True)) as response:
+            response = await self._open(upstream, completion_body(req, stream=True))
+            try:
                 if response.status_code != 200:
                     await response.aread()
                     _checked(response, upstream)
@@ -106,11 +118,29 @@ class Upstreams:
                         raise UpstreamError(f"llama-server: {chunk['error']}")
                     result.add(chunk, req.top_logprobs)
                     yield chunk.get("content") or "", chunk.get("tokens") or [], result
+            finally:
+                await response.aclose()
         except httpx.HTTPError as exc:
             raise UpstreamError(f"llama-server (policy_version {upstream.policy_version}) "
                                 f"failed mid-stream: {type(exc).__name__}: {exc}") from exc
         finally:
             upstream.in_flight -= 1
+
+    async def _open(self, upstream: Upstream, body: dict) -> httpx.Response:
+        """POST /completion, returning once the answer's headers are in (the caller reads the
+        body, then closes it); sent once more when llama-server closed the connection without
+        answering. A connection it closed as idle just as the request went out (its keep-alive
+        ends as the pool reuses it; see KEEPALIVE_S) fails that way though the server is well,
+        and since nothing came back, nothing was generated for the caller yet."""
+        request = self._http.build_request("POST", f"{upstream.server.url}/completion",
+                                           json=body)
+        try:
+            return await self._http.send(request, stream=True)
+        except httpx.RemoteProtocolError as exc:
+            log.warning("llama-server (policy_version %d) closed a connection without "
+                        "answering (%s); sending the request again", upstream.policy_version, exc)
+            self.resent += 1
+            return await self._http.send(request, stream=True)
 
     async def stream_all(self, reqs: list[GenRequest]
                          ) -> AsyncIterator[tuple[int, str | None, list[int], GenResult]]:
