@@ -2,8 +2,8 @@
 real llama-server behind a proxy that closes chosen connections once the request is in, as
 cpp-httplib does to a keep-alive connection it finds idle for 5 s just as a request is sent on
 it. Once, the request goes out again and the caller sees nothing; twice, the call fails with
-an error that says why. (A streamed call failed "mid-stream: Server disconnected" this way in
-one full run of test_serving_pool.)"""
+an error that says why. (A streamed call failed with "mid-stream: Server disconnected" in one
+full run of test_serving_pool; this is the likeliest cause found, not a reproduction of it.)"""
 
 from __future__ import annotations
 
