@@ -58,9 +58,8 @@ class Upstreams:
         self.resent = 0  # requests sent again after a connection closed without an answer
         self._swap_lock = asyncio.Lock()
         # Each slot of llama-server takes one connection; keep enough open for all of them.
-        # llama-server (cpp-httplib) closes a connection idle for 5 s, httpx's default expiry
-        # is also 5 s: a request sent on a connection at 4.99 s idle met the server's close
-        # and failed with "Server disconnected". Retiring ours well before avoids that race.
+        # With httpx's default expiry (5 s, as llama-server's), a request sent on a connection
+        # idle for 4.99 s could meet the server's close and get no answer (see _open).
         self._http = httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0),
                                        limits=httpx.Limits(max_connections=256,
                                                            keepalive_expiry=KEEPALIVE_S))
