@@ -14,6 +14,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,11 +78,8 @@ class Upstreams:
         or on the current upstream."""
         upstream = self._take(on)
         try:
-            response = await self._open(upstream, completion_body(req))
-            try:
+            async with self._open(upstream, completion_body(req)) as response:
                 await response.aread()
-            finally:
-                await response.aclose()
             body = _checked(response, upstream)
         except httpx.HTTPError as exc:
             raise UpstreamError(f"llama-server (policy_version {upstream.policy_version}) "
@@ -104,8 +102,7 @@ class Upstreams:
         upstream = self._take(on)
         result = GenResult(policy_version=upstream.policy_version)
         try:
-            response = await self._open(upstream, completion_body(req, stream=True))
-            try:
+            async with self._open(upstream, completion_body(req, stream=True)) as response:
                 if response.status_code != 200:
                     await response.aread()
                     _checked(response, upstream)
@@ -117,29 +114,32 @@ class Upstreams:
                         raise UpstreamError(f"llama-server: {chunk['error']}")
                     result.add(chunk, req.top_logprobs)
                     yield chunk.get("content") or "", chunk.get("tokens") or [], result
-            finally:
-                await response.aclose()
         except httpx.HTTPError as exc:
             raise UpstreamError(f"llama-server (policy_version {upstream.policy_version}) "
                                 f"failed mid-stream: {type(exc).__name__}: {exc}") from exc
         finally:
             upstream.in_flight -= 1
 
-    async def _open(self, upstream: Upstream, body: dict) -> httpx.Response:
-        """POST /completion, returning once the answer's headers are in (the caller reads the
-        body, then closes it); sent once more when llama-server closed the connection without
+    @asynccontextmanager
+    async def _open(self, upstream: Upstream, body: dict) -> AsyncIterator[httpx.Response]:
+        """POST /completion, entered once the answer's headers are in (the body is read inside,
+        and closed on leaving); sent once more when llama-server closed the connection without
         answering. A connection it closed as idle just as the request went out (its keep-alive
         ends as the pool reuses it; see KEEPALIVE_S) fails that way though the server is well,
         and since nothing came back, nothing was generated for the caller yet."""
         request = self._http.build_request("POST", f"{upstream.server.url}/completion",
                                            json=body)
         try:
-            return await self._http.send(request, stream=True)
+            response = await self._http.send(request, stream=True)
         except httpx.RemoteProtocolError as exc:
             log.warning("llama-server (policy_version %d) closed a connection without "
                         "answering (%s); sending the request again", upstream.policy_version, exc)
             self.resent += 1
-            return await self._http.send(request, stream=True)
+            response = await self._http.send(request, stream=True)
+        try:
+            yield response
+        finally:
+            await response.aclose()
 
     async def stream_all(self, reqs: list[GenRequest]
                          ) -> AsyncIterator[tuple[int, str | None, list[int], GenResult]]:

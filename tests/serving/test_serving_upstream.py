@@ -8,6 +8,7 @@ full run of test_serving_pool; this is the likeliest cause found, not a reproduc
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import pytest
 
@@ -35,10 +36,8 @@ def _through(server: LlamaServer, drops: int, call):
     sent again)."""
     async def run():
         async with ClosingProxy(server.port, drops=drops) as proxy:
-            # the Upstream's requests go to the proxy; the server itself stays the test's
-            upstream = Upstream(server, 0, "base", None)
-            upstreams = Upstreams(upstream)
-            upstream.server = type("Behind", (), {"url": proxy.url})()
+            # requests go to the proxy's address; the server itself is the fixture's to stop
+            upstreams = Upstreams(Upstream(SimpleNamespace(url=proxy.url), 0, "base", None))
             try:
                 return await call(upstreams), proxy.dropped, upstreams.resent
             except UpstreamError as exc:
@@ -53,8 +52,7 @@ async def _generate(upstreams: Upstreams):
 
 
 async def _stream(upstreams: Upstreams):
-    chunks = [(text, ids) async for text, ids, _ in upstreams.stream(REQUEST)]
-    return chunks
+    return [(text, ids) async for text, ids, _ in upstreams.stream(REQUEST)]
 
 
 def test_a_generation_whose_connection_closes_unanswered_is_sent_again(server):
