@@ -50,6 +50,10 @@ def demo(
                                    "training phrasings) the learner imitates before any traffic, "
                                    "served as version 1 (calc's openai front end; default 450 "
                                    "there, 0 elsewhere; 0: none)."),
+    rehearsal: int = typer.Option(None, "--rehearsal", min=0, help="Worked problems (others "
+                                  "than the warm start's) the learner imitates in every traffic "
+                                  "step beside the traffic, so that it cannot drift from them "
+                                  "(calc's openai front end; 0: none)."),
     engine_threads: int = typer.Option(1, min=1, help="llama-server threads of the engine (it "
                                        "shares the cores with the learner: more threads than "
                                        "free cores slow llama.cpp down)."),
@@ -83,7 +87,7 @@ def demo(
     opts = DemoOptions(task=task, front_end=front_end, minutes=minutes, workers=workers, slots=slots,
                        mode=modes[0], n_eval=n_eval, version_eval_n=version_eval, group_size=group_size,
                        temperature=temperature, lr=lr, learner_threads=learner_threads,
-                       engine_threads=engine_threads, warm_start=warm_start,
+                       engine_threads=engine_threads, warm_start=warm_start, rehearsal=rehearsal,
                        lora_targets=parse_lora_targets(lora_targets))
     settings = get_settings()
     _stop_on_sigterm()

@@ -73,11 +73,19 @@ class DemoOptions:
     # run ended at 0.420 and 0.405 held-out, against 0.340 with q/v (README, the demo), for
     # 11% more time a step.
     lora_targets: tuple[str, ...] = LORA_ALL_LINEAR
+    # Demonstrations trained in every traffic step beside it (learner/rehearsal.py); None: the
+    # task's default (REHEARSAL), 0: none.
+    rehearsal: int | None = None
 
     @property
     def warm_start_problems(self) -> int:
         return WARM_START.get((self.task, self.front_end), 0) if self.warm_start is None \
             else self.warm_start
+
+    @property
+    def rehearsal_per_step(self) -> int:
+        return REHEARSAL.get((self.task, self.front_end), 0) if self.rehearsal is None \
+            else self.rehearsal
 
 
 # Calc's base model solves 1.5% of its problems: too few successes for `sft` to imitate or
@@ -90,6 +98,11 @@ class DemoOptions:
 WARM_START = {("calc", "openai"): 450}
 WARM_START_LR = 1e-3
 WARM_START_SEED = 500_009  # neither a traffic round's seed (demo/traffic.py) nor the held-out one
+# Rehearsal: other worked problems than the warm start's (a step takes each once before any
+# comes back); 300 outlast the ~50 traffic steps of a 10-minute run at 4 a step.
+REHEARSAL: dict[tuple[str, str], int] = {}
+REHEARSAL_PROBLEMS = 300
+REHEARSAL_SEED = 500_021
 
 
 def demo_settings(settings: Settings, opts: DemoOptions, task: Task, run_id: str) -> Settings:
@@ -102,7 +115,9 @@ def demo_settings(settings: Settings, opts: DemoOptions, task: Task, run_id: str
         "staleness_policy": "downweight", "threads": opts.learner_threads,
         # no traffic runs until the warm start's version is served: it may take every core
         **({"warm_start": warm_start_file(settings, run_id), "warm_start_lr": WARM_START_LR,
-            "warm_start_threads": os.cpu_count()} if opts.warm_start_problems else {})})
+            "warm_start_threads": os.cpu_count()} if opts.warm_start_problems else {}),
+        **({"rehearsal": rehearsal_file(settings, run_id),
+            "rehearsal_per_step": opts.rehearsal_per_step} if opts.rehearsal_per_step else {})})
     engine = settings.engine.model_copy(update={"threads": opts.engine_threads,
                                                 "slots": opts.slots})
     streams = settings.streams.model_copy(update={
@@ -123,6 +138,10 @@ def demo_settings(settings: Settings, opts: DemoOptions, task: Task, run_id: str
 
 def warm_start_file(settings: Settings, run_id: str) -> Path:
     return settings.home_dir / "demo" / run_id / "warm_start.jsonl"
+
+
+def rehearsal_file(settings: Settings, run_id: str) -> Path:
+    return settings.home_dir / "demo" / run_id / "rehearsal.jsonl"
 
 
 def _base_cache_key(settings: Settings, task: Task, problems: list) -> str:
@@ -151,10 +170,14 @@ class DemoRun:
         self.engine_url = engine_url(self.settings)
         self.heldout_problems = self.task.problems(opts.n_eval, evaluate.HELD_OUT_SEED, self.folder,
                                                    split="heldout")
-        if opts.warm_start_problems:  # written now: a task without demonstrations fails at once
-            rows = self.task.demonstrations(opts.warm_start_problems, WARM_START_SEED)
-            warm_start_file(settings, self.run_id).write_text(
-                "".join(json.dumps(row) + "\n" for row in rows))
+        # written now: a task without demonstrations fails at once
+        for count, seed, path in ((opts.warm_start_problems, WARM_START_SEED, warm_start_file),
+                                  (opts.rehearsal_per_step and REHEARSAL_PROBLEMS, REHEARSAL_SEED,
+                                   rehearsal_file)):
+            if count:
+                rows = self.task.demonstrations(count, seed)
+                path(settings, self.run_id).write_text("".join(json.dumps(row) + "\n"
+                                                               for row in rows))
 
     # -- the stack ----------------------------------------------------------------------------
     def _say(self, text: str) -> None:
@@ -349,6 +372,7 @@ class DemoRun:
                     1e-9, (traffic_ended - train_started) / 60), 2),
                 "eval_seconds": round(eval_seconds, 1),
                 "warm_start_problems": opts.warm_start_problems, "warm_start_minutes": warm_minutes,
+                "rehearsal_per_step": opts.rehearsal_per_step,
                 "heldout_per_version": [report.heldout_point(h, train_started)
                                         for h in monitor.snapshot.heldout],
                 "agent_errors": traffic.stats.errors, "mlflow_ui": s.mlflow.uri,

@@ -12,7 +12,8 @@ loads the experiment's newest checkpoint and seeks to the offsets stored in it, 
 group's committed offsets say: with the dedupe window of transition ids in the same checkpoint,
 each transition changes the model once. A learner that starts with no checkpoint and a
 `warm_start` file first trains those demonstrations and registers them as its first version
-(learner/warm_start.py).
+(learner/warm_start.py); with a `rehearsal` file, every traffic step also trains a few of its
+demonstrations (learner/rehearsal.py).
 
 A broken model is never registered: a step whose loss or gradient is not finite is not taken
 and its transitions go to the DLQ (non_finite_loss, non_finite_grad); before registering, the
@@ -40,6 +41,7 @@ from learner.checkpoints import CheckpointStore, SavedCheckpoint
 from learner.distributed import Ranks
 from learner.errors import NonFiniteStep
 from learner.metrics import LearnerMetrics
+from learner.rehearsal import Rehearsal
 from learner.trainer import PolicyTrainer
 from tracetrain.settings import Settings
 
@@ -89,6 +91,8 @@ def run_learner(
     advantage = make_advantage(learner)
     buffer = GroupBuffer(learner.group_size, learner.group_wait_s) if learner.advantage == "group" \
         else None
+    rehearsal = Rehearsal(learner.rehearsal, learner.rehearsal_per_step, policy.tokenizer,
+                          learner.mode, learner.seed) if learner.rehearsal is not None else None
     result = LoopResult(policy=policy)
     policy_version, offsets, counters, dedupe = 0, start_offsets, Counter(), None
 
@@ -103,6 +107,8 @@ def run_learner(
         if buffer is not None:
             buffer.load_state_dict(extra["group_buffer"])
         dedupe = extra.get("dedupe") or _window_of(result.ledger, buffer)
+        if rehearsal is not None:
+            rehearsal.load_state_dict(extra.get("rehearsal", {}))
         result.resumed_from = int(version.version)
         metrics.policy_version.set(policy_version)
         log.info("resumed from %s version %s (step %d)", model_name, version.version, policy.step)
@@ -132,6 +138,7 @@ def run_learner(
                 "counters": dict(batcher.counters), "advantage": advantage.state_dict(),
                 "group_buffer": buffer.state_dict() if buffer is not None else {},
                 "dedupe": batcher.seen.state_dict(),
+                "rehearsal": rehearsal.state_dict() if rehearsal is not None else {},
             }
             saved = store.save(policy, extra, step=policy.step, policy_version=policy_version + 1,
                                offsets=pending_offsets, metrics={**result.metrics,
@@ -167,19 +174,25 @@ def run_learner(
         weights = [t["_weight"] for t in ready]
         stale = [t["_staleness"] for t in ready]
         advantages = advantage.compute(ready)
+        rehearsed = rehearsal.take() if rehearsal is not None else []
         step_started = time.monotonic()
         try:
-            step_metrics = policy.train_step(ready, advantages, weights)
-        except NonFiniteStep as exc:
+            step_metrics = policy.train_step(ready + rehearsed, advantages + [1.0] * len(rehearsed),
+                                             weights + [1.0] * len(rehearsed))
+        except NonFiniteStep as exc:  # the demonstrations are not traffic: only it is lost
             log.warning("step skipped: %s; its %d transitions go to the DLQ", exc, len(ready))
             metrics.skipped.labels(reason=exc.reason).inc()
             batcher.dead_letter(ready, exc.reason, str(exc))
             return
         step_metrics["staleness"] = sum(stale) / len(stale)
+        if rehearsed:  # the traffic's figures, not the demonstrations' ones and 1s
+            step_metrics["mean_reward"] = sum(t["credited_return"] for t in ready) / len(ready)
+            step_metrics["mean_advantage"] = sum(advantages) / len(advantages)
+            step_metrics["rehearsed"] = float(len(rehearsed))
         metrics.stepped(len(ready), step_metrics, time.monotonic() - step_started)
         result.metrics = step_metrics
         result.steps += 1
-        result.ledger.append([t["transition_id"] for t in ready])
+        result.ledger.append([t["transition_id"] for t in ready + rehearsed])
         trained.append(ready)
         store.log_metrics(step_metrics, policy.step)
         if on_step:

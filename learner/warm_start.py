@@ -95,7 +95,7 @@ def chains(demonstrations: list[tuple[list[dict], str]]) -> list[list[int]]:
     return found
 
 
-def transitions(path: Path, tokenizer, chained: bool = True) -> list[dict]:
+def transitions(path: Path, tokenizer, chained: bool = True, prefix: str = "warm") -> list[dict]:
     """The demonstrations as the learner's transitions (token ids of the policy's template).
 
     `chained`: each of the `chains` is trained as ONE sequence, as the learner trains a
@@ -103,7 +103,8 @@ def transitions(path: Path, tokenizer, chained: bool = True) -> list[dict]:
     loss (`tool_mask` 0, TRL's name). The tokens are exactly those of the calls trained one by
     one (checked here: where a template renders a later call's prompt otherwise, it is trained
     apart), at about half the cost: a calc problem's two calls share a 168-token prompt, so
-    393 tokens become 209. A chain's id names its lines (`warm:<digest>:4-5`)."""
+    393 tokens become 209. A chain's id names its lines (`warm:<digest>:4-5`; `prefix` is
+    the id's first part, `rehearse` for learner/rehearsal.py's rows)."""
     digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
     demonstrations = read_demonstrations(path)
     groups = chains(demonstrations) if chained else [[i] for i in range(len(demonstrations))]
@@ -124,9 +125,9 @@ def transitions(path: Path, tokenizer, chained: bool = True) -> list[dict]:
                 row["tool_mask"] += [0] * len(between) + [1] * len(answer_ids)
                 first = row["transition_id"].rsplit(":", 1)[1].split("-")[0]
                 row["transition_id"] = row["rollout_id"] = row["task_id"] = \
-                    f"warm:{digest}:{first}-{index}"
+                    f"{prefix}:{digest}:{first}-{index}"
                 continue
-            ids = f"warm:{digest}:{index}"
+            ids = f"{prefix}:{digest}:{index}"
             row = {
                 "transition_id": ids, "rollout_id": ids, "task_id": ids,
                 "agent_name": "warm_start", "turn_index": 0, "is_last": True,

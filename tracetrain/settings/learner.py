@@ -119,6 +119,11 @@ class LearnerSettings(BaseModel):
         None, ge=1, description="torch threads during the warm start (unset: `threads`); the "
         "demo gives it every core, as no traffic runs until its version is served."
     )
+    rehearsal: Path | None = Field(
+        None, description="A JSONL file of demonstrations (the warm start's form) of which "
+        "`rehearsal_per_step` are trained in every traffic step beside its transitions, so "
+        "traffic cannot pull the policy away from what they teach (learner/rehearsal.py).")
+    rehearsal_per_step: int = Field(4, ge=1, description="Demonstrations per traffic step.")
     dedupe_window: int = Field(200_000, ge=1, description="Transition ids remembered for dedupe.")
     seed: int = 0
 
