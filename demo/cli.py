@@ -53,7 +53,7 @@ def demo(
     rehearsal: int = typer.Option(None, "--rehearsal", min=0, help="Worked problems (others "
                                   "than the warm start's) the learner imitates in every traffic "
                                   "step beside the traffic, so that it cannot drift from them "
-                                  "(calc's openai front end; 0: none)."),
+                                  "(calc's openai front end, default 4 there; 0: none)."),
     engine_threads: int = typer.Option(1, min=1, help="llama-server threads of the engine (it "
                                        "shares the cores with the learner: more threads than "
                                        "free cores slow llama.cpp down)."),

@@ -182,3 +182,22 @@ def test_runs_of_two_modes_started_together_share_nothing(tmp_path):
     # each run's versions are its own: version numbers restart at 1 in every registered model
     for run in runs:
         assert download_dir(run.settings) == (run.folder / "versions").resolve()
+
+
+def test_the_calc_demo_rehearses_other_worked_problems_than_its_warm_start(tmp_path):
+    from rich.console import Console
+
+    from demo.run import DemoOptions, DemoRun, rehearsal_file, warm_start_file
+    from learner.warm_start import read_demonstrations
+
+    run = DemoRun(Settings(home=tmp_path), DemoOptions(), Console(quiet=True))
+    learner = run.settings.learner
+    assert learner.rehearsal == rehearsal_file(Settings(home=tmp_path), run.run_id)
+    assert learner.rehearsal_per_step == 4
+    rehearsed = {json.dumps(d) for d in read_demonstrations(learner.rehearsal)}
+    warm = {json.dumps(d) for d in read_demonstrations(warm_start_file(Settings(home=tmp_path),
+                                                                       run.run_id))}
+    assert len(rehearsed) == 600 and not rehearsed & warm  # 300 problems, two calls each
+    off = DemoRun(Settings(home=tmp_path / "off"), DemoOptions(rehearsal=0), Console(quiet=True))
+    assert off.settings.learner.rehearsal is None
+    assert not rehearsal_file(Settings(home=tmp_path / "off"), off.run_id).exists()

@@ -69,6 +69,12 @@ def test_short_loop_registers_reloads_and_serves_the_new_version(kafka_broker, m
     assert min(versions) >= 1 and max(versions) >= 2, versions
     warm = MlflowClient(mlflow_server.uri).get_model_version(run.settings.mlflow.registered_model, "1")
     assert warm.tags["step"] == "2", warm.tags  # version 1 is the warm start alone
+    # every traffic step also trained the calc demo's 4 rehearsed worked problems
+    client = MlflowClient(mlflow_server.uri)
+    experiment = client.get_experiment_by_name(run.settings.mlflow.experiment)
+    rehearsed = [m.value for r in client.search_runs([experiment.experiment_id])
+                 for m in client.get_metric_history(r.info.run_id, "rehearsed")]
+    assert summary["rehearsal_per_step"] == 4 and rehearsed and set(rehearsed) == {4.0}, rehearsed
     saved = json.loads((tmp_path / "demo" / "summary.json").read_text())
     assert {"task", "base_accuracy", "final_accuracy", "n", "minutes", "versions",
             "mean_reload_s"} <= set(saved)
