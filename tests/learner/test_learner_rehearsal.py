@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 from test_learner_guards import _dlq_reasons
+from test_learner_warm_start import _completion_logprob, _write
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from learner.loop import run_learner
@@ -19,14 +19,10 @@ DEMOS = [{"prompt": [{"role": "user", "content": f"Which colour is box {i}?"}],
          for i in range(6)]
 
 
-def _write(path) -> None:
-    path.write_text("".join(json.dumps(row) + "\n" for row in DEMOS))
-
-
 def test_every_demonstration_comes_once_a_pass_in_a_seeded_order_that_resumes(
         tmp_path, tiny_model_dir):
     path = tmp_path / "demos.jsonl"
-    _write(path)
+    _write(path, DEMOS)
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     rehearsal = Rehearsal(path, 4, tokenizer, "sft", seed=3)
     taken = [t["transition_id"] for _ in range(3) for t in rehearsal.take()]
@@ -50,14 +46,6 @@ def test_every_demonstration_comes_once_a_pass_in_a_seeded_order_that_resumes(
     assert all("_weight" not in r for r in rehearsal.rows)
 
 
-def _logprob(model, t: dict) -> float:
-    ids = torch.tensor([t["prompt_token_ids"] + t["response_token_ids"]])
-    with torch.no_grad():
-        logps = model(input_ids=ids).logits[0, :-1].float().log_softmax(-1)
-    start = len(t["prompt_token_ids"]) - 1
-    return float(logps[start:].gather(1, ids[0, start + 1:, None]).sum())
-
-
 @pytest.mark.integration
 @pytest.mark.mlflow
 def test_sft_traffic_steps_learn_the_demonstrations_and_resume_their_order(
@@ -66,7 +54,7 @@ def test_sft_traffic_steps_learn_the_demonstrations_and_resume_their_order(
     rehearsal's demonstrations, the figures stay the traffic's, and a restart takes the next
     demonstrations, not the first ones again."""
     path = tmp_path / "demos.jsonl"
-    _write(path)
+    _write(path, DEMOS)
     base = kafka_settings.model_copy(update={"mlflow": mlflow_server})
     settings = learner_settings(base, tiny_model_dir, mode="sft", batch_size=2, lr=1e-2,
                                 full_finetune=True, advantage="batch", checkpoint_every_steps=1,
@@ -91,8 +79,8 @@ def test_sft_traffic_steps_learn_the_demonstrations_and_resume_their_order(
     trained = {tid for ids in order[:2] for tid in ids}
     rows = {t["transition_id"]: t for t in expected.rows}
     for tid in trained:
-        learnt = _logprob(first.policy.model, rows[tid])
-        before = _logprob(base_model, rows[tid])
+        learnt = _completion_logprob(first.policy.model, rows[tid])
+        before = _completion_logprob(base_model, rows[tid])
         assert learnt > before + 2.0, (tid, learnt, before)
 
     produce(settings, traffic[4:])
@@ -108,7 +96,7 @@ def test_sft_traffic_steps_learn_the_demonstrations_and_resume_their_order(
 def test_a_failed_step_sends_only_its_traffic_to_the_dlq(tmp_path, kafka_settings,
                                                         mlflow_server, tiny_model_dir):
     path = tmp_path / "demos.jsonl"
-    _write(path)
+    _write(path, DEMOS)
     base = kafka_settings.model_copy(update={"mlflow": mlflow_server})
     settings = learner_settings(base, tiny_model_dir, mode="rl", batch_size=2,
                                 advantage="batch", checkpoint_every_steps=1, batch_timeout_s=2.0,
