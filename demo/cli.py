@@ -10,9 +10,12 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from demo.tasks import FRONT_ENDS, TASKS
+from demo.tasks import FRONT_ENDS, TASKS, get_task
 from tracetrain.modes import LEARNER_MODES, REGISTRY_ALIASES, one_of
 
+STYLE_HELP = ("How calc's plain agent solves: steps (one operation a calculator call, each on "
+              "the result before it; the default) or expression (the whole problem as one "
+              "expression). Evaluate a version with the style it was trained in.")
 FRONT_END_HELP = ("The agent's framework: openai (plain client); for calc, autogen (AutoGen "
                   "AgentChat with a function tool; pip install 'tracetrain\\[autogen]'); for sql, "
                   "langgraph (the team as a LangGraph graph; pip install 'tracetrain\\[langgraph]').")
@@ -54,6 +57,7 @@ def demo(
                                   "than the warm start's) the learner imitates in every traffic "
                                   "step beside the traffic, so that it cannot drift from them "
                                   "(calc's openai front end, default 4 there; 0: none)."),
+    calc_style: str = typer.Option(None, "--calc-style", help=STYLE_HELP),
     engine_threads: int = typer.Option(1, min=1, help="llama-server threads of the engine (it "
                                        "shares the cores with the learner: more threads than "
                                        "free cores slow llama.cpp down)."),
@@ -84,11 +88,15 @@ def demo(
     if front_end not in FRONT_ENDS[task]:
         raise typer.BadParameter(f"{front_end!r} for --task {task}: expected one of "
                                  f"{', '.join(FRONT_ENDS[task])}", param_hint="--front-end")
+    try:
+        get_task(task, front_end, calc_style)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--calc-style") from exc
     opts = DemoOptions(task=task, front_end=front_end, minutes=minutes, workers=workers, slots=slots,
                        mode=modes[0], n_eval=n_eval, version_eval_n=version_eval, group_size=group_size,
                        temperature=temperature, lr=lr, learner_threads=learner_threads,
                        engine_threads=engine_threads, warm_start=warm_start, rehearsal=rehearsal,
-                       lora_targets=parse_lora_targets(lora_targets))
+                       lora_targets=parse_lora_targets(lora_targets), calc_style=calc_style)
     settings = get_settings()
     _stop_on_sigterm()
     if compare is not None:
@@ -149,6 +157,7 @@ def eval_command(
                                    "too (the Writer's first query and how it fails, the "
                                    "Checker's agreement with the truth, the Rewriter's "
                                    "repairs) and rollouts per minute."),
+    calc_style: str = typer.Option(None, "--calc-style", help=STYLE_HELP),
     prompt: str = typer.Option(None, help="The agent's system prompt from MLflow's prompt "
                                "registry, e.g. prompts:/calc-system@production (what "
                                "`tracetrain optimize-prompt` registers; calc, openai front end)."),
@@ -158,7 +167,6 @@ def eval_command(
     last: task, version, n, accuracy (rag: the mean token F1 of the answers), metric (and
     prompt, with --prompt)."""
     from demo import evaluate
-    from demo.tasks import get_task
     from examples.calc.phrasings import SPLITS
     from tracetrain.settings import get_settings
 
@@ -171,9 +179,10 @@ def eval_command(
         raise typer.BadParameter(f"{version!r}: expected a version number or `base`",
                                  param_hint="--version")
     try:
-        chosen = get_task(task, front_end)
+        chosen = get_task(task, front_end, calc_style)
     except ValueError as exc:
-        hint = "--front-end" if "front end" in str(exc) else "--task"
+        hint = ("--calc-style" if "style" in str(exc) else
+                "--front-end" if "front end" in str(exc) else "--task")
         raise typer.BadParameter(str(exc), param_hint=hint) from exc
     settings = get_settings()
     system_prompt = None

@@ -76,6 +76,8 @@ class DemoOptions:
     # Demonstrations trained in every traffic step beside it (learner/rehearsal.py); None: the
     # task's default (REHEARSAL), 0: none.
     rehearsal: int | None = None
+    # How calc's plain agent solves (examples/calc/agent.py); None: its default (steps).
+    calc_style: str | None = None
 
     @property
     def warm_start_problems(self) -> int:
@@ -147,7 +149,7 @@ def rehearsal_file(settings: Settings, run_id: str) -> Path:
 
 
 def _base_cache_key(settings: Settings, task: Task, problems: list) -> str:
-    agent = json.dumps([calc_agent.SYSTEM_PROMPT, calc_agent.DEMONSTRATION, sql_agents.PROMPTS,
+    agent = json.dumps([*calc_agent.STYLES[task.style], sql_agents.PROMPTS,
                         sql_agents.DEMONSTRATIONS, task.max_tokens])
     if task.name == "rag":  # calc's and sql's keys stay as they were
         agent += json.dumps([rag_agent.SYSTEM_PROMPT, rag_agent.DEMONSTRATION])
@@ -161,7 +163,8 @@ def _base_cache_key(settings: Settings, task: Task, problems: list) -> str:
 
 class DemoRun:
     def __init__(self, settings: Settings, opts: DemoOptions, console: Console):
-        self.opts, self.console, self.task = opts, console, get_task(opts.task, opts.front_end)
+        self.opts, self.console, self.task = opts, console, get_task(
+            opts.task, opts.front_end, opts.calc_style)
         # the mode too: `--compare` starts runs back to back, and two of them must never
         # share a folder, topics or a registered model
         self.run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{opts.mode}"
@@ -375,6 +378,7 @@ class DemoRun:
                 "eval_seconds": round(eval_seconds, 1),
                 "warm_start_problems": opts.warm_start_problems, "warm_start_minutes": warm_minutes,
                 "rehearsal_per_step": opts.rehearsal_per_step,
+                "calc_style": self.task.style if self.task.name == "calc" else None,
                 "heldout_per_version": [report.heldout_point(h, train_started)
                                         for h in monitor.snapshot.heldout],
                 "agent_errors": traffic.stats.errors, "mlflow_ui": s.mlflow.uri,

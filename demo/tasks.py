@@ -11,7 +11,7 @@ from typing import Any
 
 from demo.errors import DemoError
 from examples.calc import problems as calc_problems
-from examples.calc.agent import CalcAgent
+from examples.calc.agent import DEFAULT_STYLE, STYLES, CalcAgent
 from examples.rag import questions as rag_questions
 from examples.rag.agent import RagAgent
 from examples.sql import databases as sql_databases
@@ -34,6 +34,7 @@ class Task:
     max_tokens: int
     trained_agents: str | None  # regex for the streams' agent selection; None: all
     front_end: str = "openai"
+    style: str = DEFAULT_STYLE  # calc's plain agent: how it solves (examples/calc/agent.py)
 
     def problems(self, n: int, seed: int, folder: Path, *, split: str) -> list[Any]:
         """`split`: `train` for traffic, `heldout` for evaluation. Calc's and rag's held-out
@@ -54,7 +55,8 @@ class Task:
             raise DemoError(f"a warm start: demonstrations are written for the calc task's openai "
                             f"front end, not for {self.name} on {self.front_end} (use "
                             "--warm-start 0)")
-        agent = CalcAgent("http://127.0.0.1:9/v1")  # never called: it only writes the messages
+        # never called: it only writes the messages
+        agent = CalcAgent("http://127.0.0.1:9/v1", style=self.style)
         return [row for problem in calc_problems.generate(n, seed, split="train")
                 for row in agent.worked(problem)]
 
@@ -79,7 +81,7 @@ class Task:
                                     max_tokens=self.max_tokens)
         if self.name == "calc":
             return CalcAgent(base_url, tracer, temperature=temperature, max_tokens=self.max_tokens,
-                             system_prompt=system_prompt)
+                             system_prompt=system_prompt, style=self.style)
         if self.name == "rag":
             return RagAgent(base_url, tracer, temperature=temperature, max_tokens=self.max_tokens)
         if self.front_end == "langgraph":
@@ -108,16 +110,22 @@ class Task:
         return agent.solve(problem, task_id=task_id, seed=seed)
 
 
-def get_task(name: str, front_end: str = "openai") -> Task:
+def get_task(name: str, front_end: str = "openai", style: str | None = None) -> Task:
+    """`style`: how calc's plain agent solves (`steps`, the default, or `expression`)."""
     if name not in TASKS:
         raise DemoError(f"task {name!r}: expected one of {', '.join(TASKS)}")
     if front_end not in FRONT_ENDS[name]:
         raise DemoError(f"front end {front_end!r} for task {name}: expected one of "
                          f"{', '.join(FRONT_ENDS[name])}")
+    if style is not None and (name, front_end) != ("calc", "openai"):
+        raise DemoError(f"a calc style ({style!r}) is taken by the calc task's openai front end, "
+                        f"not by {name} on {front_end}")
+    if style is not None and style not in STYLES:
+        raise DemoError(f"calc style {style!r}: expected one of {', '.join(STYLES)}")
     if name == "calc":
         # AutoGen's turns carry tool-call JSON, longer than the plain agent's one-line turns.
         return Task("calc", max_tokens=64 if front_end == "autogen" else 32,
-                    trained_agents=None, front_end=front_end)
+                    trained_agents=None, front_end=front_end, style=style or DEFAULT_STYLE)
     if name == "rag":
         # a search query or a short answer per turn
         return Task("rag", max_tokens=32, trained_agents=None)

@@ -36,7 +36,7 @@ def optimize_prompt(
     """
     from demo import evaluate
     from demo.tasks import get_task
-    from examples.calc.agent import SYSTEM_PROMPT
+    from examples.calc.agent import DEFAULT_STYLE, STYLES
     from optimizer.registry import PromptStore
     from optimizer.rollouts import read_rollouts
     from optimizer.search import OptimiserLlm, optimise, require_rollouts
@@ -53,7 +53,8 @@ def optimize_prompt(
     console = Console(stderr=True)
     store = PromptStore(settings)
     current = store.current()
-    seed = current if current is not None else (None, SYSTEM_PROMPT)
+    # the prompt of the style `chosen` solves in
+    seed = current if current is not None else (None, STYLES[DEFAULT_STYLE][0])
     batch = read_rollouts(settings)
     console.print(f"read {len(batch.rollouts)} rollouts of agent {opts.agent!r} "
                   f"({batch.skipped} records skipped)")

@@ -4,7 +4,11 @@
     result = agent.solve(problem)        # one rollout: LLM calls, tool calls, final reward
 
 The policy may write `<tool>calc: EXPRESSION</tool>`; the agent runs the calculator and sends
-the result back as the next user turn; it must end with `ANSWER: <number>`. The gateway
+the result back as the next user turn; it must end with `ANSWER: <number>`. Two styles of
+solving, each a prompt, a worked exchange in it and the demonstrations `worked` writes:
+`expression` (the default) writes the whole problem as one expression (`17 + 25 - 9`);
+`steps` computes one operation a call, each on the result before it (`17 + 25`, then
+`42 - 9`). The calculator takes either in both. The gateway
 records each LLM call as a span of the rollout (the rollout id travels in `X-Rollout-Id`);
 the tracer records each calculator call as a tool span (ok, or the CalculatorError a malformed
 call raised, which the AIR deriver credits) and publishes the final reward, closing the rollout.
@@ -35,6 +39,31 @@ DEMONSTRATION = [
     {"role": "user", "content": "Result: 42"},
     {"role": "assistant", "content": "ANSWER: 42"},
 ]
+# Why steps: a 135M model writing a three-operation story as one expression must order the
+# operations and place the parentheses at once, and fails most of those (0.20 held-out after
+# the warm start, against 0.79 of one-operation problems); one operation a call, on the result
+# before it, asks only which number and which operation come next.
+STEPS_PROMPT = (
+    "You solve arithmetic problems exactly, one operation at a time. Write one line "
+    "<tool>calc: A OP B</tool> (two numbers, OP one of + - * /) and stop; the result comes "
+    "back to you. Go on from the result with the next operation. When the problem is solved, "
+    "write ANSWER: <number>."
+)
+STEPS_DEMONSTRATION = [
+    {"role": "user", "content": "Ben has 17 coins and gets 25 more. He spends 9 coins on a "
+                                "drink. How many coins does Ben have now?"},
+    {"role": "assistant", "content": "<tool>calc: 17 + 25</tool>"},
+    {"role": "user", "content": "Result: 42"},
+    {"role": "assistant", "content": "<tool>calc: 42 - 9</tool>"},
+    {"role": "user", "content": "Result: 33"},
+    {"role": "assistant", "content": "ANSWER: 33"},
+]
+STYLES = {"steps": (STEPS_PROMPT, STEPS_DEMONSTRATION), "expression": (SYSTEM_PROMPT, DEMONSTRATION)}
+# Measured (README, the demo: run 19 against runs 16-17): steps scored the same held-out
+# accuracy (0.465-0.47) in 29 minutes where expression took 22, so expression stays.
+DEFAULT_STYLE = "expression"
+# calls a rollout may make: a problem's operations (at most 3) and the answer, and one more
+MAX_TURNS = {"steps": 5, "expression": 3}
 
 
 @dataclass
@@ -52,14 +81,20 @@ class CalcAgent(ToolLoopAgent):
     TOOL, AGENT, REWARD_NAME = "calc", "calc", "exact_answer"
 
     def __init__(self, base_url: str, tracer=None, system_prompt: str | None = None,
-                 prompt_uri: str | None = None, **options):
-        """`system_prompt` replaces SYSTEM_PROMPT; `prompt_uri` (prompts:/NAME@ALIAS, with
-        MLflow's tracking URI set) fetches it from the prompt registry once, here."""
+                 prompt_uri: str | None = None, style: str = DEFAULT_STYLE, **options):
+        """`style`: `steps` or `expression` (the module's docstring); `system_prompt` replaces
+        the style's prompt; `prompt_uri` (prompts:/NAME@ALIAS, with MLflow's tracking URI set)
+        fetches it from the prompt registry once, here."""
+        if style not in STYLES:
+            raise ExamplesError(f"calc style {style!r}: expected one of {', '.join(STYLES)}")
         if system_prompt is not None and prompt_uri is not None:
             raise ExamplesError("give system_prompt or prompt_uri, not both")
         if prompt_uri is not None:
             system_prompt = load_prompt(prompt_uri)
-        self.system_prompt = SYSTEM_PROMPT if system_prompt is None else system_prompt
+        self.style = style
+        prompt, self.demonstration = STYLES[style]
+        self.system_prompt = prompt if system_prompt is None else system_prompt
+        options.setdefault("max_turns", MAX_TURNS[style])
         super().__init__(base_url, tracer, **options)
         self._calc = self.traced(self._run_calculator)
 
@@ -69,21 +104,26 @@ class CalcAgent(ToolLoopAgent):
 
     def opening(self, problem: Problem) -> list[dict]:
         """The messages of the first call: the prompt, the worked exchange, the problem."""
-        return [{"role": "system", "content": self.system_prompt}, *DEMONSTRATION,
+        return [{"role": "system", "content": self.system_prompt}, *self.demonstration,
                 {"role": "user", "content": problem.question}]
 
     def worked(self, problem: Problem) -> list[dict]:
         """The problem solved as the agent should: one demonstration per call, in TRL's
         conversational prompt-completion form (the learner's warm start, learner/warm_start.py)
-        over exactly the messages this agent sends: the expression the problem was made from,
-        then the answer after its result."""
-        call = f"<tool>calc: {problem.expression}</tool>"
-        first = self.opening(problem)
-        second = [*first, {"role": "assistant", "content": call},
-                  {"role": "user", "content": RESULT + self._run_calculator(problem.expression)}]
-        return [{"prompt": first, "completion": [{"role": "assistant", "content": call}]},
-                {"prompt": second, "completion": [{"role": "assistant",
-                                                   "content": f"ANSWER: {problem.answer}"}]}]
+        over exactly the messages this agent sends: the expression the problem was made from
+        (`expression`) or its operations one by one (`steps`), then the answer after the last
+        result."""
+        calls = steps(problem.expression) if self.style == "steps" else [problem.expression]
+        demonstrations, messages = [], self.opening(problem)
+        for expression in [*calls, None]:
+            text = f"ANSWER: {problem.answer}" if expression is None else \
+                f"<tool>calc: {expression}</tool>"
+            demonstrations.append({"prompt": list(messages),
+                                   "completion": [{"role": "assistant", "content": text}]})
+            if expression is not None:
+                messages += [{"role": "assistant", "content": text},
+                             {"role": "user", "content": RESULT + self._run_calculator(expression)}]
+        return demonstrations
 
     def solve(self, problem: Problem, task_id: str | None = None, seed: int | None = None) -> Episode:
         task_id = task_id or f"calc-{abs(hash(problem.question)) % 10**10}"
@@ -95,3 +135,25 @@ class CalcAgent(ToolLoopAgent):
             episode.reward = reward(episode.final_text, problem.answer)
             publish(episode.reward)
         return episode
+
+
+def steps(expression: str) -> list[str]:
+    """`expression`'s operations one by one, each on the results before it, in the order they
+    are computed (left operand first): '(4 * 26 - 103) * 6' -> ['4 * 26', '104 - 103', '1 * 6']."""
+    import ast
+
+    found: list[str] = []
+
+    def walk(node: ast.AST) -> str:
+        if isinstance(node, ast.BinOp):
+            symbol = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}.get(type(node.op))
+            if symbol is None:
+                raise ExamplesError(f"{expression!r}: expected only + - * / between numbers")
+            found.append(f"{walk(node.left)} {symbol} {walk(node.right)}")
+            return format_number(evaluate(found[-1]))
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return str(node.value)
+        raise ExamplesError(f"{expression!r}: expected only whole numbers, + - * / and parentheses")
+
+    value = walk(ast.parse(expression, mode="eval").body)
+    return found or [value]

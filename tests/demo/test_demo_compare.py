@@ -201,3 +201,23 @@ def test_the_calc_demo_rehearses_other_worked_problems_than_its_warm_start(tmp_p
     off = DemoRun(Settings(home=tmp_path / "off"), DemoOptions(rehearsal=0), Console(quiet=True))
     assert off.settings.learner.rehearsal is None
     assert not rehearsal_file(Settings(home=tmp_path / "off"), off.run_id).exists()
+
+
+def test_the_calc_demo_works_its_problems_in_the_style_asked(tmp_path):
+    """--calc-style steps: the warm start's demonstrations compute one operation a call, under
+    the steps prompt, and the agents the run builds solve in that style."""
+    from rich.console import Console
+
+    from demo.run import WARM_START_SEED, DemoOptions, DemoRun, warm_start_file
+    from examples.calc.agent import STEPS_PROMPT, steps
+    from examples.calc.problems import generate
+    from learner.warm_start import read_demonstrations
+
+    run = DemoRun(Settings(home=tmp_path), DemoOptions(calc_style="steps", warm_start=10,
+                                                       rehearsal=0), Console(quiet=True))
+    demos = read_demonstrations(warm_start_file(Settings(home=tmp_path), run.run_id))
+    problems = generate(10, WARM_START_SEED, split="train")
+    assert len(demos) == sum(len(steps(p.expression)) + 1 for p in problems)
+    assert all(prompt[0]["content"] == STEPS_PROMPT for prompt, _ in demos)
+    agent = run.task.agent("http://127.0.0.1:9/v1")
+    assert agent.style == "steps" and agent.max_turns == 5

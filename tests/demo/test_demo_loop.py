@@ -51,7 +51,7 @@ def test_short_loop_registers_reloads_and_serves_the_new_version(kafka_broker, m
             for section, key in (("engine", "port"), ("gateway", "port"), ("streams", "web_port"),
                                  ("learner", "metrics_port"), ("reloader", "metrics_port"))}
     settings = settings.model_copy(update=free)
-    # a warm start of 16 worked problems: 32 demonstrations, each problem's two calls one
+    # a warm start of 16 worked problems: a demonstration per call, each problem's calls one
     # sequence (learner/warm_start.py), so 2 steps of 8, then the traffic
     opts = DemoOptions(task="calc", minutes=3.0, workers=4, mode="rl", n_eval=8,
                        version_eval_n=0, checkpoint_every=1, warm_start=16)

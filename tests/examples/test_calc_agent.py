@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Consumer
 from fastapi import FastAPI, Request
 
-from examples.calc.agent import SYSTEM_PROMPT, CalcAgent
+from examples.calc.agent import SYSTEM_PROMPT, CalcAgent, steps
 from examples.calc.problems import Problem
 from examples.errors import ExamplesError
 from infra import processes
@@ -113,3 +113,45 @@ def test_an_injected_system_prompt_is_what_the_policy_is_sent():
 def test_a_prompt_the_agent_cannot_take_is_refused_by_name(kwargs, says):
     with pytest.raises(ExamplesError, match=says):
         CalcAgent("http://127.0.0.1:9/v1", **kwargs)
+
+
+def test_a_stepwise_rollout_computes_one_operation_a_call_on_the_results_before_it():
+    """`steps`: three operations, three calls, each fed the result before it, then the
+    answer; the four calls fit in the style's turns."""
+    seen: list[dict] = []
+    port = processes.free_port()
+    replies = ["<tool>calc: 4 * 26", "<tool>calc: 104 - 103", "<tool>calc: 1 * 6", "ANSWER: 6"]
+    server = ServerThread(scripted_policy(replies, seen), port).start()
+    try:
+        episode = CalcAgent(f"http://127.0.0.1:{port}/v1", style="steps").solve(
+            Problem("Nadia saves 26 pounds a week for 4 weeks, spends 103, and the bank gives "
+                    "her six times what is left. How much has she?", 6, 3, "(4 * 26 - 103) * 6"))
+    finally:
+        server.stop()
+    assert episode.reward == 1.0 and episode.tool_calls == 3 and len(seen) == 4
+    assert [s["messages"][-1]["content"] for s in seen[1:]] == [
+        "Result: 104", "Result: 1", "Result: 6"]
+
+
+@pytest.mark.parametrize("expression, expected", [
+    ("(4 * 26 - 103) * 6", ["4 * 26", "104 - 103", "1 * 6"]),
+    ("64 * 12 + 30 * 4", ["64 * 12", "30 * 4", "768 + 120"]),  # two products, then their sum
+    ("50 - 7 * 4", ["7 * 4", "50 - 28"]),
+    ("23 + (23 + 5)", ["23 + 5", "23 + 28"]),
+    ("(369 / 9 - 23) / 2", ["369 / 9", "41 - 23", "18 / 2"]),
+    ("42", ["42"]),  # no operation: the number itself is the one call
+])
+def test_steps_are_the_operations_in_the_order_they_are_computed(expression, expected):
+    assert steps(expression) == expected
+
+
+@pytest.mark.parametrize("expression, says", [
+    ("2 ** 3", "only \\+ - \\* /"), ("1.5 * 2", "whole numbers"), ("x + 1", "whole numbers")])
+def test_steps_name_an_expression_they_cannot_split(expression, says):
+    with pytest.raises(ExamplesError, match=says):
+        steps(expression)
+
+
+def test_an_unknown_style_is_refused_with_the_styles_there_are():
+    with pytest.raises(ExamplesError, match="'whole': expected one of steps, expression"):
+        CalcAgent("http://127.0.0.1:9/v1", style="whole")

@@ -12,8 +12,8 @@ from transformers import AutoModelForCausalLM
 
 from demo.errors import DemoError
 from demo.tasks import get_task
-from examples.calc.agent import CalcAgent
-from examples.calc.calculator import evaluate
+from examples.calc.agent import CalcAgent, steps
+from examples.calc.calculator import evaluate, format_number
 from examples.calc.problems import generate
 from examples.calc.reward import reward
 from learner import warm_start
@@ -42,49 +42,63 @@ def test_a_malformed_demonstration_is_refused_naming_its_line(tmp_path):
         warm_start.read_demonstrations(path)
 
 
-def test_a_worked_calc_problem_is_what_the_agent_sends_and_solves_it():
-    agent = CalcAgent("http://127.0.0.1:9/v1")
+@pytest.mark.parametrize("style", ["steps", "expression"])
+def test_a_worked_calc_problem_is_what_the_agent_sends_and_solves_it(style):
+    agent = CalcAgent("http://127.0.0.1:9/v1", style=style)
     for problem in generate(12, seed=3):
-        first, second = agent.worked(problem)
-        assert first["prompt"] == agent.opening(problem)
-        call = first["completion"][0]["content"]
-        assert call == f"<tool>calc: {problem.expression}</tool>"
+        *calls, last = agent.worked(problem)
+        assert calls[0]["prompt"] == agent.opening(problem)
+        expressions = [c["completion"][0]["content"] for c in calls]
+        # `steps`: one operation a call (the last one's result is the answer); `expression`:
+        # the whole expression the problem was made from
+        want = steps(problem.expression) if style == "steps" else [problem.expression]
+        assert expressions == [f"<tool>calc: {e}</tool>" for e in want]
         assert evaluate(problem.expression) == problem.answer
-        # the second call sees the first's answer and the calculator's result, as in a rollout
-        assert second["prompt"][:-2] == first["prompt"]
-        assert second["prompt"][-2:] == [{"role": "assistant", "content": call},
-                                         {"role": "user", "content": f"Result: {problem.answer}"}]
-        assert reward(second["completion"][0]["content"], problem.answer) == 1.0
-    rows = get_task("calc").demonstrations(5, seed=11)
-    assert len(rows) == 10 and len({json.dumps(r) for r in rows}) == 10
+        # each call sees the one before, its answer and the calculator's result, as in a rollout
+        for before, after, call in zip(calls, [*calls[1:], last], expressions, strict=True):
+            result = format_number(evaluate(call.removeprefix("<tool>calc: ").removesuffix(
+                "</tool>")))
+            assert after["prompt"] == [*before["prompt"], {"role": "assistant", "content": call},
+                                       {"role": "user", "content": f"Result: {result}"}]
+        assert after["prompt"][-1] == {"role": "user", "content": f"Result: {problem.answer}"}
+        assert reward(last["completion"][0]["content"], problem.answer) == 1.0
+    rows = get_task("calc", style=style).demonstrations(5, seed=11)
+    worked = sum(len(agent.worked(p)) for p in generate(5, seed=11))
+    assert len(rows) == worked and len({json.dumps(r) for r in rows}) == worked
     with pytest.raises(DemoError, match="--warm-start 0"):
         get_task("sql").demonstrations(5, seed=11)
 
 
+@pytest.mark.parametrize("style", ["steps", "expression"])
 def test_a_worked_problems_calls_are_trained_as_one_sequence_of_the_same_tokens(
-        tmp_path, tiny_model_dir):
-    """Chained, a calc problem's two calls are one row whose tokens are exactly the second
-    call's, trained on both completions and not on the calculator's result between them."""
+        tmp_path, tiny_model_dir, style):
+    """Chained, a calc problem's calls are one row whose tokens are exactly its last call's,
+    trained on every completion and not on the calculator's results between them."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     path = tmp_path / "demos.jsonl"
-    _write(path, get_task("calc").demonstrations(6, seed=5))
+    _write(path, get_task("calc", style=style).demonstrations(6, seed=5))
     apart = warm_start.transitions(path, tokenizer, chained=False)
     chained = warm_start.transitions(path, tokenizer)
-    assert len(apart) == 12 and len(chained) == 6
-    for k, row in enumerate(chained):
-        first, second = apart[2 * k], apart[2 * k + 1]
-        assert row["transition_id"].endswith(f":{2 * k}-{2 * k + 1}")
-        assert row["prompt_token_ids"] == first["prompt_token_ids"]
+    assert len(chained) == 6
+    assert len(apart) > 12 if style == "steps" else len(apart) == 12  # steps: more calls
+    first = 0
+    for row in chained:
+        calls = int(row["transition_id"].rsplit("-", 1)[1]) - first + 1
+        own = apart[first:first + calls]
+        assert row["transition_id"].endswith(f":{first}-{first + calls - 1}")
+        assert row["prompt_token_ids"] == own[0]["prompt_token_ids"]
         sequence = row["prompt_token_ids"] + row["response_token_ids"]
-        assert sequence == second["prompt_token_ids"] + second["response_token_ids"]
+        assert sequence == own[-1]["prompt_token_ids"] + own[-1]["response_token_ids"]
         trained = [tok for tok, keep in zip(row["response_token_ids"], row["tool_mask"],
                                             strict=True) if keep]
-        assert trained == first["response_token_ids"] + second["response_token_ids"]
+        assert trained == [tok for call in own for tok in call["response_token_ids"]]
         between = tokenizer.decode([tok for tok, keep in zip(
             row["response_token_ids"], row["tool_mask"], strict=True) if not keep])
-        assert "Result: " in between and "calc:" not in between
+        assert between.count("Result: ") == calls - 1 and "calc:" not in between
+        first += calls
+    assert first == len(apart)
     # a demonstration that does not continue the one before it starts a row of its own
     _write(path, DEMOS)
     assert len(warm_start.transitions(path, tokenizer)) == len(DEMOS)
