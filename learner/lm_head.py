@@ -31,7 +31,7 @@ from learner.errors import LearnerError
 
 # Config fields that change the logits after the projection; TRL's forward handles them, so a
 # model with any of them keeps it.
-_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "output_multiplier",
+LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "output_multiplier",
                      "lm_head_multiplier", "logits_scaling")
 SUPPORTED_OUTPUTS = ("entropy", "is_top1", "mean_logits")
 
@@ -46,7 +46,7 @@ def install(model, outputs: tuple[str, ...] = (), temperature: float = 1.0,
         raise LearnerError(f"lm_head outputs {sorted(unknown)}: expected some of {SUPPORTED_OUTPUTS}")
     target = model.get_base_model() if hasattr(model, "get_base_model") else model
     text_config = target.config.get_text_config()
-    if any(getattr(text_config, name, None) is not None for name in _LOGIT_TRANSFORMS):
+    if any(getattr(text_config, name, None) is not None for name in LOGIT_TRANSFORMS):
         return False
     if "forward" not in vars(target):
         raise LearnerError(f"{type(target).__name__} has no fused LM head yet: install after the "

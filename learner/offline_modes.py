@@ -7,7 +7,9 @@ dataset (never `train()`, which would rebuild its scheduler per call), then per 
 - `sft`: `trainer.data_collator` on `{"input_ids", "labels"}` (exact stored prompt + response
   ids, the prompt's labels -100: completion-only loss) and `SFTTrainer.compute_loss`, on the
   transitions whose credited return is at least
-  `sft_min_reward` (a batch with none is skipped);
+  `sft_min_reward` (a batch with none is skipped); where the rows begin with the same tokens
+  (a calc batch's system prompt), `learner/shared_prefix.py` computes the same loss with
+  that prefix run once (`learner.share_prefix`; metric `shared_prefix_tokens`);
 - `kto`: `trainer.data_collator` on `{"prompt_ids", "completion_ids", "KL_completion_ids",
   "label"}` with label = advantage > 0 and KL completions cycled within the batch (what
   KTOTrainer's own dataset preparation does), then `KTOTrainer.compute_loss` (reference = the
@@ -23,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from learner import lm_head
+from learner import lm_head, shared_prefix
 from learner.errors import LearnerError
 from learner.policy_loss import response_tool_mask
 from tracetrain.settings.learner import LearnerSettings
@@ -86,9 +88,14 @@ def loss(policy, transitions: list[dict], advantages: list[float], inputs: dict)
                              "labels": [-100] * len(prompt) + [
                                  token if keep else -100
                                  for token, keep in zip(response, trained, strict=True)]})
-        batch = trainer.data_collator(examples)
-        value = trainer.compute_loss(policy.model, _to(batch, policy.device))
-        return value, {"sft_examples": float(len(keep))}
+        # The rows' shared prefix (a calc batch's system prompt) run once: the same loss.
+        value = (shared_prefix.imitation_loss(policy.model, examples)
+                 if policy.learner.share_prefix else None)
+        shared = shared_prefix.prefix_length(examples) if value is not None else 0
+        if value is None:
+            batch = trainer.data_collator(examples)
+            value = trainer.compute_loss(policy.model, _to(batch, policy.device))
+        return value, {"sft_examples": float(len(keep)), "shared_prefix_tokens": float(shared)}
     if policy.learner.mode == "kto":
         if len(transitions) < 2:
             return None, {}  # KTO's KL estimate needs at least two completions

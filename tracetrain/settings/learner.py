@@ -73,6 +73,14 @@ class LearnerSettings(BaseModel):
         "per 1024), so eight 1024-token transitions would need some 18 GB in one pass."
     )
     sft_min_reward: float = Field(0.5, description="`sft`: transitions at or above this return.")
+    # On by default: it changes the cost of a step, not its loss or gradient (equal to TRL's
+    # within float rounding), and calc's warm start and rehearsal rows all share their prompt.
+    share_prefix: bool = Field(
+        True, description="`sft`: the tokens every row of a micro-batch begins with (a calc "
+        "batch's system prompt and worked exchange, ~140 of ~200 tokens) go through the model "
+        "once rather than once per row (learner/shared_prefix.py); the same loss and gradient "
+        "as TRL's. Off: TRL's collator and loss on the whole rows, as for a batch that shares "
+        "under 16 tokens.")
     max_staleness: int = Field(4, ge=0, description="Versions behind the current one tolerated.")
     staleness_policy: StalenessPolicy = "drop"
     staleness_weight: float = Field(
