@@ -96,8 +96,10 @@ class DemoOptions:
 # 2 threads, 11-12 minutes). The warm start does most of the demo's learning: trained call by
 # call, 250 took 12-13 of its 30 minutes (measured beside the idle engine); a problem's two calls
 # trained as one sequence cost about half (learner/warm_start.py): 450 took 9.7-10.8 (three
-# runs, README), and traffic the last 10.
-WARM_START = {("calc", "openai"): 450}
+# runs, README), and traffic the last 10. With the batch's shared prompt run once
+# (learner/shared_prefix.py) 1000 take 7.3 minutes, and the run with them ended at 0.585 held-out
+# (run 20, README) where 450 ended at 0.46-0.47.
+WARM_START = {("calc", "openai"): 1000}
 WARM_START_LR = 1e-3
 WARM_START_SEED = 500_009  # neither a traffic round's seed (demo/traffic.py) nor the held-out one
 # Rehearsal (learner/rehearsal.py): other worked problems than the warm start's, 4 in every
