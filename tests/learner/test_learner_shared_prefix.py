@@ -73,7 +73,7 @@ def test_the_shared_prefix_loss_and_gradient_are_trls(tmp_path, tiny_model_dir, 
     assert abs(float(shared_loss) - float(trl_loss)) < 1e-5, (shared_loss, trl_loss)
     assert float(trl_grad.norm()) > 0
     difference = float((shared_grad - trl_grad).norm() / trl_grad.norm())
-    assert difference < 1e-4, difference
+    assert difference < 1e-5, difference  # a position off by one gives 1.6e-4
 
 
 def test_a_batch_without_a_long_shared_prefix_takes_trls_path(tmp_path, tiny_model_dir):
