@@ -52,7 +52,8 @@ def demo(
     warm_start: int = typer.Option(None, "--warm-start", min=0, help="Worked problems (of the "
                                    "training phrasings) the learner imitates before any traffic, "
                                    "served as version 1 (calc's openai front end; default 1000 "
-                                   "there, 0 elsewhere; 0: none)."),
+                                   "there in sft, 450 in the modes whose loss runs every row "
+                                   "whole, 0 elsewhere; 0: none)."),
     rehearsal: int = typer.Option(None, "--rehearsal", min=0, help="Worked problems (others "
                                   "than the warm start's) the learner imitates in every traffic "
                                   "step beside the traffic, so that it cannot drift from them "

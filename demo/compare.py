@@ -49,10 +49,20 @@ def parse_modes(text: str) -> tuple[str, ...]:
     return modes
 
 
+def same_warm_start(opts: DemoOptions, modes: tuple[str, ...]) -> DemoOptions:
+    """`opts` with one warm start for every mode: where none is given, the smallest of the
+    modes' defaults (sft's is longer: demo/run.py), so each mode starts from the same worked
+    problems."""
+    if opts.warm_start is not None:
+        return opts
+    return replace(opts, warm_start=min(replace(opts, mode=m).warm_start_problems for m in modes))
+
+
 def run_modes(settings: Settings, opts: DemoOptions, modes: tuple[str, ...],
               console: Console) -> list[dict]:
     """One demo run per mode, in order; the summaries of those that ran."""
     summaries = []
+    opts = same_warm_start(opts, modes)
     for mode in modes:
         console.print(f"[bold cyan]demo[/] comparing {', '.join(modes)}: mode {mode}")
         summaries.append(DemoRun(settings, replace(opts, mode=mode), console).run())

@@ -81,8 +81,12 @@ class DemoOptions:
 
     @property
     def warm_start_problems(self) -> int:
-        return WARM_START.get((self.task, self.front_end), 0) if self.warm_start is None \
-            else self.warm_start
+        if self.warm_start is not None:
+            return self.warm_start
+        default = WARM_START.get((self.task, self.front_end), 0)
+        # only `sft` runs a batch's shared prompt once (learner/shared_prefix.py): the other
+        # modes' losses run every row whole, and 1000 would not end within 30 minutes
+        return default if self.mode == "sft" else min(default, WARM_START_WHOLE_ROWS)
 
     @property
     def rehearsal_per_step(self) -> int:
@@ -100,6 +104,7 @@ class DemoOptions:
 # (learner/shared_prefix.py) 1000 take 7.3 minutes, and the run with them ended at 0.585 held-out
 # (run 20, README) where 450 ended at 0.46-0.47.
 WARM_START = {("calc", "openai"): 1000}
+WARM_START_WHOLE_ROWS = 450  # the default where the learner's loss runs every row whole
 WARM_START_LR = 1e-3
 WARM_START_SEED = 500_009  # neither a traffic round's seed (demo/traffic.py) nor the held-out one
 # Rehearsal (learner/rehearsal.py): other worked problems than the warm start's, 4 in every
