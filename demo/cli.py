@@ -13,9 +13,9 @@ from rich.console import Console
 from demo.tasks import FRONT_ENDS, TASKS, get_task
 from tracetrain.modes import LEARNER_MODES, REGISTRY_ALIASES, one_of
 
-STYLE_HELP = ("How calc's plain agent solves: steps (one operation a calculator call, each on "
-              "the result before it; the default) or expression (the whole problem as one "
-              "expression). Evaluate a version with the style it was trained in.")
+STYLE_HELP = ("How calc's plain agent solves: expression (the whole problem as one "
+              "expression; the default) or steps (one operation a calculator call, each on the "
+              "result before it). Evaluate a version with the style it was trained in.")
 FRONT_END_HELP = ("The agent's framework: openai (plain client); for calc, autogen (AutoGen "
                   "AgentChat with a function tool; pip install 'tracetrain\\[autogen]'); for sql, "
                   "langgraph (the team as a LangGraph graph; pip install 'tracetrain\\[langgraph]').")
