@@ -111,7 +111,7 @@ class Task:
 
 
 def get_task(name: str, front_end: str = "openai", style: str | None = None) -> Task:
-    """`style`: how calc's plain agent solves (`steps`, the default, or `expression`)."""
+    """`style`: how calc's plain agent solves (`expression`, the default, or `steps`)."""
     if name not in TASKS:
         raise DemoError(f"task {name!r}: expected one of {', '.join(TASKS)}")
     if front_end not in FRONT_ENDS[name]:
