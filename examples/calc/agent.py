@@ -39,10 +39,10 @@ DEMONSTRATION = [
     {"role": "user", "content": "Result: 42"},
     {"role": "assistant", "content": "ANSWER: 42"},
 ]
-# Why steps: a 135M model writing a three-operation story as one expression must order the
-# operations and place the parentheses at once, and fails most of those (0.20 held-out after
-# the warm start, against 0.79 of one-operation problems); one operation a call, on the result
-# before it, asks only which number and which operation come next.
+# The idea of steps: a 135M model writing a three-operation story as one expression must order
+# the operations and place the parentheses at once, and fails most of those (0.20 held-out,
+# against 0.79 of one-operation problems, run 17); one operation a call, on the result before
+# it, asks only which number and which operation come next. It did not help (below).
 STEPS_PROMPT = (
     "You solve arithmetic problems exactly, one operation at a time. Write one line "
     "<tool>calc: A OP B</tool> (two numbers, OP one of + - * /) and stop; the result comes "
@@ -60,7 +60,7 @@ STEPS_DEMONSTRATION = [
 ]
 STYLES = {"steps": (STEPS_PROMPT, STEPS_DEMONSTRATION), "expression": (SYSTEM_PROMPT, DEMONSTRATION)}
 # Measured (README, the demo: run 19 against runs 16-17): steps scored the same held-out
-# accuracy (0.465-0.47) in 29 minutes where expression took 22, so expression stays.
+# accuracy (0.47) in 29 minutes where expression took 22, so expression stays.
 DEFAULT_STYLE = "expression"
 # calls a rollout may make: a problem's operations (at most 3) and the answer, and one more
 MAX_TURNS = {"steps": 5, "expression": 3}
