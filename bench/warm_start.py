@@ -23,14 +23,13 @@ from pathlib import Path
 
 import torch
 
+from demo.run import WARM_START_SEED
 from demo.tasks import get_task
 from learner import warm_start
 from learner.trainer import PolicyTrainer
 from tracetrain.base_model import DEFAULT_MODEL, resolve_base_model
 from tracetrain.settings import load_settings
 from tracetrain.settings.learner import LORA_ALL_LINEAR
-
-SEED = 500_009  # the demo's warm-start seed (demo/run.py)
 
 
 def main() -> None:
@@ -46,7 +45,7 @@ def main() -> None:
     path = home / "warm_start.jsonl"
     problems = (args.steps + 1) * args.batch
     path.write_text("".join(json.dumps(row) + "\n"
-                            for row in get_task("calc").demonstrations(problems, seed=SEED)))
+                            for row in get_task("calc").demonstrations(problems, seed=WARM_START_SEED)))
 
     policies = {}
     for share in (True, False):
