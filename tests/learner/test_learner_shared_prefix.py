@@ -116,6 +116,7 @@ def test_the_sft_step_is_the_same_with_and_without_the_shared_prefix(tmp_path, t
     after = {}
     for share in (True, False):
         policy = _policy(tiny_model_dir, tmp_path / str(share), share_prefix=share)
+        before = {k: v.clone() for k, v in policy.trainable_state().items()}
         rows = rows or _calc_rows(tmp_path, policy.tokenizer)
         ones = [1.0] * len(rows)
         metrics = [policy.train_step(rows, ones, ones) for _ in range(2)]
@@ -126,6 +127,11 @@ def test_the_sft_step_is_the_same_with_and_without_the_shared_prefix(tmp_path, t
     assert shared_losses == pytest.approx(unshared_losses, abs=1e-5)
     assert shared_losses[1] < shared_losses[0]  # it stepped
     assert shared.keys() == unshared.keys()
-    for name, value in shared.items():
-        torch.testing.assert_close(value, unshared[name], rtol=1e-4, atol=1e-6, msg=name)
+    # The steps compared as a whole: Adam divides each entry's gradient by its own size, so an
+    # entry whose gradient is near zero moves by up to the learning rate either way on float
+    # rounding alone (other threads, other kernels: CI saw one lora_B entry do so), while a
+    # wrong loss moves them all (one entry flipped by twice the rate is about 0.005 here).
+    moved = torch.cat([(shared[k] - before[k]).flatten() for k in shared])
+    apart = torch.cat([(shared[k] - unshared[k]).flatten() for k in shared])
+    assert float(moved.norm()) > 0 and float(apart.norm() / moved.norm()) < 3e-2  # measured 1e-6
     assert any(float(v.abs().sum()) > 0 for k, v in shared.items() if "lora_B" in k)
