@@ -76,7 +76,7 @@ class DemoOptions:
     # Demonstrations trained in every traffic step beside it (learner/rehearsal.py); None: the
     # task's default (REHEARSAL), 0: none.
     rehearsal: int | None = None
-    # How calc's plain agent solves (examples/calc/agent.py); None: its default (steps).
+    # How calc's plain agent solves (examples/calc/agent.py); None: its default (expression).
     calc_style: str | None = None
 
     @property
@@ -101,8 +101,8 @@ class DemoOptions:
 # call, 250 took 12-13 of its 30 minutes (measured beside the idle engine); a problem's two calls
 # trained as one sequence cost about half (learner/warm_start.py): 450 took 9.7-10.8 (three
 # runs, README), and traffic the last 10. With the batch's shared prompt run once
-# (learner/shared_prefix.py) 1000 take 7.3 minutes, and the run with them ended at 0.585 held-out
-# (run 20, README) where 450 ended at 0.46-0.47.
+# (learner/shared_prefix.py) 1000 take 7.8 minutes, and the runs with them ended at 0.585 held-out
+# (runs 20 and 21, README) where 450 ended at 0.46-0.47.
 WARM_START = {("calc", "openai"): 1000}
 WARM_START_WHOLE_ROWS = 450  # the default where the learner's loss runs every row whole
 WARM_START_LR = 1e-3
