@@ -89,12 +89,13 @@ def loss(policy, transitions: list[dict], advantages: list[float], inputs: dict)
                                  token if keep else -100
                                  for token, keep in zip(response, trained, strict=True)]})
         # The rows' shared prefix (a calc batch's system prompt) run once: the same loss.
-        value = (shared_prefix.imitation_loss(policy.model, examples)
+        found = (shared_prefix.imitation_loss(policy.model, examples)
                  if policy.learner.share_prefix else None)
-        shared = shared_prefix.prefix_length(examples) if value is not None else 0
-        if value is None:
+        if found is not None:
+            value, shared = found
+        else:
             batch = trainer.data_collator(examples)
-            value = trainer.compute_loss(policy.model, _to(batch, policy.device))
+            value, shared = trainer.compute_loss(policy.model, _to(batch, policy.device)), 0
         return value, {"sft_examples": float(len(keep)), "shared_prefix_tokens": float(shared)}
     if policy.learner.mode == "kto":
         if len(transitions) < 2:

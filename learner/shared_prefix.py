@@ -1,6 +1,7 @@
 """The `sft` loss with the prefix every row of the micro-batch shares run once.
 
-    loss = shared_prefix.imitation_loss(model, examples)   # None: take TRL's path instead
+    found = shared_prefix.imitation_loss(model, examples)   # None: take TRL's path instead
+    loss, shared_tokens = found
 
 `examples` are what `offline_modes.loss` hands TRL's collator: `{"input_ids", "labels"}` per
 row, the labels -100 on the prompt and on tool results. Every row of a calc batch begins with
@@ -51,10 +52,10 @@ def prefix_length(examples: list[dict]) -> int:
     return length
 
 
-def imitation_loss(model, examples: list[dict]) -> torch.Tensor | None:
+def imitation_loss(model, examples: list[dict]) -> tuple[torch.Tensor, int] | None:
     """Minus the mean log-prob of the labelled tokens of `examples` under `model` (a PEFT
-    LoRA wrapper or a bare causal LM), their shared prefix run once; None where TRL's path
-    must take the batch (the module's docstring says when)."""
+    LoRA wrapper or a bare causal LM), their shared prefix run once, and that prefix's length;
+    None where TRL's path must take the batch (the module's docstring says when)."""
     if len(examples) < 2 or not any(label != IGNORED for e in examples
                                     for label in e["labels"][1:]):
         return None
@@ -95,7 +96,7 @@ def imitation_loss(model, examples: list[dict]) -> torch.Tensor | None:
     targets = labels[:, 1:].to(device)
     scored = targets != IGNORED
     logps = head(hidden[:, :-1][scored]).float().log_softmax(-1)
-    return -logps.gather(-1, targets[scored].unsqueeze(-1)).mean()
+    return -logps.gather(-1, targets[scored].unsqueeze(-1)).mean(), length
 
 
 def _decoder_and_head(model):
