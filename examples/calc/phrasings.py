@@ -16,10 +16,13 @@ family's direct question (`{Ask}`/`{ask}`, without its question mark) or its ind
 (`{tell}`). Families, question forms, distractors and bare forms belong to one split each, so a
 held-out problem shares no sentence template with training traffic.
 
-Training has far more of each (20 scenario families: stock, a fish tank, a club, a video game, an
-inbox, ...) and varies how a sentence is built, not only its nouns: the same operator said with
-different verbs, in the passive, with the number after its noun ("a donation of {n} cans"), or as
-a fraction ("only one {nth} of them stay"), so a model learns to read a story into arithmetic
+Training has far more of each (32 scenario families: stock, a fish tank, a club, a video game, an
+inbox, a museum tour, a choir, a wizard's potions, a hospital ward, grams of sugar in a jar, ...;
+21 question forms, 19 distractors, 13 bare forms) and varies how a sentence is built, not only its
+nouns: the same operator said with different verbs (sell, pop, spill, unravel, wash overboard,
+brew, recruit, ...), in the passive, with the number after its noun ("a donation of {n} cans"),
+in a subordinate clause ("After {n} of them leave ..., "), opening with a time or place, or as a
+fraction ("only one {nth} of them stay"), so a model learns to read a story into arithmetic
 rather than to recognise a handful of templates. Whatever the words, a divide step leaves
 exactly one of `{n}` equal shares and a times step makes the quantity `{n}` times as large.
 """
@@ -383,6 +386,233 @@ _TRAIN_FAMILIES = (
                 "Foster families take all but one {nth} of the {unit}."),
         ask="How many {unit} are at {who}'s shelter",
         tell="how many {unit} are at {who}'s shelter"),
+    Family(
+        "museum tour", ("visitors", "tourists", "students"),
+        starts=("{who} is a museum guide with a tour group of {a} {unit}.",
+                "{who}'s museum tour sets off from the entrance hall with {a} {unit}.",
+                "At ten o'clock, {a} {unit} gather in the entrance hall for {who}'s tour."),
+        products=("{a} groups of {b} {unit} each come together for {who}'s museum tour.",
+                  "{a} minibuses with {b} {unit} on each pull up at the museum, and everyone on "
+                  "them joins {who}'s tour."),
+        shares=("{a} {unit} arrive at the museum and are split equally into {b} tours; {who} "
+                "guides one of them.",),
+        plus=("In the dinosaur hall, {n} more {unit} join the group.",
+              "The group gains {n} {unit} who were waiting by the stairs.",
+              "A late coach adds another {n} {unit} to the tour."),
+        minus=("After {n} of the {unit} leave for the café, the tour goes on without them.",
+               "{He} loses {n} of the {unit} in the crowd by the mummies.",
+               "At the gift shop, {n} {unit} say goodbye and leave the tour."),
+        times=("A school trip joins in, and the group becomes {times} as big.",
+               "By the time they reach the paintings, the group has grown to {n} times its "
+               "size."),
+        divide=("The next room is small, so the group is split into {n} smaller groups of equal "
+                "size, and {who} stays with one of them.",
+                "Only one {nth} of the {unit} stay for the last room; the rest head for the exit.",
+                "The {unit} are divided evenly among {n} guides, and {who} is one of those "
+                "guides."),
+        ask="How many {unit} are in {who}'s tour group",
+        tell="how many {unit} are in {who}'s tour group"),
+    Family(
+        "choir", ("singers", "members"),
+        starts=("{who} leads a choir of {a} {unit}.", "{a} {unit} sing in {who}'s choir."),
+        products=("{who}'s new choir is formed from {a} school choirs of {b} {unit} each.",
+                  "{who} starts a choir from nothing and signs up {b} {unit} in each of {a} "
+                  "towns."),
+        shares=("{a} {unit} who sign up for a festival are split equally into {b} choirs, and "
+                "{who} leads one of them.",),
+        plus=("After an open rehearsal, {n} new {unit} join.",
+              "{n} {unit} from a neighbouring village are welcomed into the choir.",
+              "{He} recruits another {n} {unit} at the summer fair."),
+        minus=("{He} loses {n} {unit} when rehearsals move to Sunday mornings.",
+               "When the concert season ends, the choir says farewell to {n} of its {unit}.",
+               "{n} {unit} move away, so they leave the choir."),
+        times=("A concert on television makes the choir so popular that it swells to {times} "
+               "its size.",
+               "Over ten years the number of {unit} is multiplied by {n}."),
+        divide=("The choir is too big for the hall, so it splits into {n} equal choirs and {who} "
+                "goes on leading one of them.",
+                "Only one {nth} of the {unit} stay on after the choir's founder retires."),
+        ask="How many {unit} does {who}'s choir have", tell="how many {unit} {who}'s choir has"),
+    Family(
+        "campsite", ("tents", "caravans"),
+        starts=("{who} runs a campsite with {a} {unit} on it.",
+                "On Friday evening there are {a} {unit} at {who}'s campsite."),
+        products=("{a} scout troops arrive at {who}'s empty campsite, each with {b} {unit}.",
+                  "{who} opens a new campsite, and each of its {a} fields fills up with {b} "
+                  "{unit}."),
+        shares=("A festival sends {a} {unit} to {b} campsites, the same number to each, and {who} "
+                "runs one of those campsites.",),
+        plus=("{n} more {unit} arrive before dark.", "During the night, another {n} {unit} turn up.",
+              "A family reunion brings {n} {unit} to the site."),
+        minus=("The next morning, {n} of the {unit} are packed up and taken away.",
+               "Heavy rain floods the lower field, and {n} {unit} have to leave.",
+               "When the school holidays end, {n} {unit} leave the site."),
+        times=("For the summer holidays the site fills up with {times} as many {unit}.",
+               "When a music festival starts nearby, the number of {unit} becomes {n} times what "
+               "it was."),
+        divide=("A storm is coming, and all but one {nth} of the {unit} leave the site.",
+                "The {unit} are shared out equally among {n} campsites in the valley, and {who}'s "
+                "campsite is one of them."),
+        ask="How many {unit} are at {who}'s campsite", tell="how many {unit} are at {who}'s campsite"),
+    Family(
+        "potions", ("potions", "elixirs"),
+        starts=("The wizard {who} has {a} {unit} on {his} shelf.",
+                "In {who}'s tower there are {a} {unit}."),
+        products=("{who} brews {b} {unit} a night for {a} nights.",
+                  "{a} apprentices each hand {b} {unit} to {who}, who had none before."),
+        shares=("A guild of wizards divides {a} {unit} equally among its {b} members, and {who} "
+                "is one of them.",),
+        plus=("{He} brews another {n} {unit}.", "{n} {unit} are bought from a travelling merchant.",
+              "A grateful king rewards {him} with {n} {unit}."),
+        minus=("A clumsy apprentice knocks over {n} of the {unit}, and they are lost.",
+               "{He} drinks {n} of the {unit} to test them.",
+               "{n} {unit} are sold to knights before a battle."),
+        times=("A copying spell leaves {him} with {times} as many {unit}.",
+               "{He} enchants the shelf so that the number of {unit} is multiplied by {n}."),
+        divide=("A spell goes wrong and turns all but one {nth} of the {unit} into water.",
+                "{He} divides the {unit} equally among {n} wizards, {self} included, and keeps one "
+                "share."),
+        ask="How many {unit} does {who} have", tell="how many {unit} {who} has"),
+    Family(
+        "pirate", ("gold coins", "silver coins", "pearls"),
+        starts=("Captain {who} has {a} {unit} in a chest.", "{who}'s treasure chest holds {a} {unit}.",
+                "{who}, a pirate, keeps {a} {unit} hidden under {his} bunk."),
+        products=("Starting with an empty chest, {who} takes {b} {unit} from each of {a} ships.",
+                  "{who} digs up {a} buried pots holding {b} {unit} each."),
+        shares=("{b} pirates, {who} one of them, share a haul of {a} {unit} equally.",),
+        plus=("On a desert island {he} digs up {n} more {unit}.",
+              "A parrot leads {him} to {n} {unit} hidden in a cave.",
+              "{n} {unit} are won by {him} in a game of dice."),
+        minus=("A storm washes {n} of the {unit} overboard.", "{He} pays the ship's cook {n} {unit}.",
+               "{n} of the {unit} are stolen by a rival crew."),
+        times=("After capturing a merchant ship, {he} has {times} as many {unit}.",
+               "The treasure grows until {he} owns {n} times as many {unit}."),
+        divide=("{He} hands all but one {nth} of the {unit} to the crew.",
+                "{He} divides the {unit} into {n} equal heaps, one for each pirate on board, {self} "
+                "included, and keeps {his} heap."),
+        ask="How many {unit} does {who} have", tell="how many {unit} {who} has"),
+    Family(
+        "hospital ward", ("patients",),
+        starts=("Nurse {who}'s ward has {a} {unit}.",
+                "There are {a} {unit} on the ward that {who} runs."),
+        products=("Over {a} days, {b} {unit} a day are admitted to {who}'s new ward, and none go "
+                  "home.",
+                  "{who}'s new ward takes in {a} groups of {b} {unit} from a hospital that is "
+                  "closing."),
+        shares=("A closing hospital moves {a} {unit} to {b} wards in equal numbers; one of the "
+                "wards is {who}'s.",),
+        plus=("{n} {unit} are admitted during the night.", "An ambulance brings in {n} more {unit}."),
+        minus=("{n} of the {unit} are well enough to go home.",
+               "The doctors send {n} {unit} home after their checks.",
+               "{He} moves {n} {unit} to another ward."),
+        times=("During a flu outbreak the ward holds {times} as many {unit}.",
+               "By winter the number of {unit} has risen to {n} times what it was."),
+        divide=("The {unit} are spread equally over {n} wards, and {who}'s ward is one of them.",
+                "Only one {nth} of the {unit} still need a bed; the rest go home."),
+        ask="How many {unit} are on {who}'s ward", tell="how many {unit} are on {who}'s ward"),
+    Family(
+        "video channel", ("subscribers", "followers"),
+        starts=("{who}'s video channel has {a} {unit}.", "{a} {unit} watch {who}'s cooking channel."),
+        products=("{who} starts a channel from scratch and gains {b} {unit} a week for {a} weeks.",
+                  "{who}'s channel starts with none; each of {his} first {a} videos brings in {b} "
+                  "{unit}."),
+        shares=("When a big channel closes, its {a} {unit} move in equal numbers to {b} smaller "
+                "channels, one of them {who}'s.",),
+        plus=("A new video brings in {n} {unit}.", "After a live stream, {n} more {unit} sign up.",
+              "A shout-out from a friend wins {him} {n} {unit}."),
+        minus=("{n} {unit} leave after a boring video.",
+               "{He} loses {n} of the {unit} when {he} stops posting for a month."),
+        times=("One video goes viral, and the channel ends up with {times} as many {unit}.",
+               "By the end of the year the number of {unit} is {n} times what it was."),
+        divide=("A clean-up removes fake accounts, leaving only one {nth} of the {unit}.",
+                "{He} splits the channel into {n} channels with equal numbers of {unit} and keeps "
+                "only one of them."),
+        ask="How many {unit} does {who}'s channel have", tell="how many {unit} {who}'s channel has"),
+    Family(
+        "knitting", ("scarves", "hats", "jumpers"),
+        starts=("{who} has knitted {a} {unit} for the winter market.",
+                "{who}'s knitting basket holds {a} finished {unit}."),
+        products=("{who} knits {b} {unit} a week for {a} weeks.",
+                  "{a} members of {who}'s knitting club each hand {him} {b} {unit}."),
+        shares=("{a} {unit} from a knitting club are shared equally among its {b} members, {who} "
+                "among them.",),
+        plus=("{He} finishes {n} more {unit}.", "{His} grandmother sends {him} {n} {unit} that she "
+              "has made."),
+        minus=("At the market, {n} of the {unit} are sold.",
+               "{He} unravels {n} of the {unit} because they came out too small.",
+               "Moths ruin {n} of the {unit}, and {he} throws them out."),
+        times=("Over the winter {his} pile of {unit} grows to {times} its size.",
+               "With a new knitting machine {he} soon has {n} times as many {unit}."),
+        divide=("{He} keeps one {nth} of the {unit} and gives the others to charity.",
+                "{He} sorts the {unit} into {n} equal piles and gives away every pile but one."),
+        ask="How many {unit} does {who} have", tell="how many {unit} {who} has"),
+    Family(
+        "zoo", ("penguins", "flamingos", "meerkats"),
+        starts=("{who} is the zoo keeper in charge of {a} {unit}.",
+                "The zoo's {a} {unit} are all fed by {who}."),
+        products=("{who}'s new enclosure receives {a} groups of {b} {unit} from other zoos.",
+                  "{a} zoos each send {b} {unit} to the empty enclosure that {who} runs."),
+        shares=("A wildlife park gives away {a} {unit} in equal numbers to {b} zoos; {who} cares "
+                "for the ones that come to {his} zoo.",),
+        plus=("In spring, the group gains {n} young {unit}.", "{n} {unit} arrive from a zoo abroad."),
+        minus=("{n} of the {unit} are moved to a wildlife park.",
+               "{He} sends {n} {unit} to a zoo in another country."),
+        times=("After a few good breeding seasons there are {times} as many {unit}.",
+               "The group of {unit} grows until it is {n} times as large."),
+        divide=("The {unit} are split into {n} equal groups, and every group but {who}'s goes to "
+                "a new zoo.",
+                "Only one {nth} of the {unit} remain in {his} care after the others are released "
+                "into the wild."),
+        ask="How many {unit} are in {who}'s care", tell="how many {unit} are in {who}'s care"),
+    Family(
+        "kitchen jar", ("grams of sugar", "grams of flour", "grams of rice"),
+        starts=("{who}'s kitchen jar holds {a} {unit}.",
+                "{who} weighs the jar and finds {a} {unit} in it."),
+        products=("Starting with an empty jar, {who} adds {b} {unit} to it {a} times.",
+                  "Into an empty jar, {who} tips {a} sachets with {b} {unit} in each."),
+        shares=("{a} {unit} from a large sack are shared equally among {b} jars, and {who} takes "
+                "one jar home.",),
+        plus=("{He} tops up the jar with {n} {unit}.", "{n} {unit} are added from a new packet."),
+        minus=("{He} uses {n} {unit} for a cake.", "{He} spills {n} {unit} on the floor.",
+               "{n} {unit} go into a batch of pancakes."),
+        times=("After a trip to the shop, the jar holds {times} as much.",
+               "{He} refills the jar until it holds {n} times the amount it held before."),
+        divide=("{He} divides what is in the jar into {n} equal portions and keeps only one "
+                "portion in the jar.",
+                "{He} uses everything in the jar except one {nth} of it."),
+        ask="How many {unit} are in {who}'s jar", tell="how many {unit} are in {who}'s jar"),
+    Family(
+        "balloons", ("balloons", "party balloons"),
+        starts=("{who} has {a} {unit} for a birthday.",
+                "There are {a} {unit} tied to the fence outside {who}'s house."),
+        products=("{a} friends each blow up {b} {unit} for {who}.",
+                  "{who} ties {a} bunches of {b} {unit} to the chairs."),
+        shares=("{b} children, {who} among them, each get an equal share of {a} {unit}.",),
+        plus=("{He} blows up another {n}.", "A clown hands {him} {n} more {unit}."),
+        minus=("{He} accidentally pops {n} of the {unit}.", "A gust of wind carries {n} {unit} away.",
+               "{n} {unit} float off into the sky."),
+        times=("By the start of the party {he} has {times} as many {unit}.",
+               "With a helium pump, {he} soon has {n} times the number of {unit}."),
+        divide=("{He} ties the {unit} into {n} equal bunches and keeps one bunch.",
+                "{He} lets all but one {nth} of the {unit} go at the end of the party."),
+        ask="How many {unit} does {who} have", tell="how many {unit} {who} has"),
+    Family(
+        "fishing boat", ("mackerel", "sardines", "crabs"),
+        starts=("{who}'s fishing boat has {a} {unit} in its hold.",
+                "{who} has caught {a} {unit} so far today."),
+        products=("{who} hauls up {a} nets with {b} {unit} in each.",
+                  "{who} catches {b} {unit} an hour for {a} hours."),
+        shares=("{a} {unit} are shared equally by the {b} fishers of a crew, {who} among them.",),
+        plus=("The next net brings up {n} more {unit}.", "Before sunset {he} catches another {n}."),
+        minus=("{n} of the {unit} are too small and go back into the sea.",
+               "{He} sells {n} {unit} to a restaurant on the harbour.",
+               "Gulls snatch {n} of the {unit} from the deck."),
+        times=("A huge shoal comes by, and soon {he} has {times} as many {unit}.",
+               "By the end of the week the catch is {n} times as big."),
+        divide=("The {unit} are divided equally among the {n} people on the boat, {who} included, "
+                "and {he} keeps {his} share.",
+                "{He} keeps one {nth} of the {unit} and sells the rest at the harbour."),
+        ask="How many {unit} does {who} have", tell="how many {unit} {who} has"),
 )
 
 _HELDOUT_FAMILIES = (
@@ -449,17 +679,29 @@ PHRASINGS = {
         questions=("{Ask} now?", "{Ask} at the end?", "After all that, {ask}?", "Work out {tell}.",
                    "Find {tell}.", "So, {ask}?", "{Ask} by now?", "{Ask} after these changes?",
                    "At this point, {ask}?", "Tell me {tell}.", "Calculate {tell}.",
-                   "Can you say {tell}?"),
+                   "Can you say {tell}?", "Now {ask}?", "{Ask} in total?",
+                   "After the last change, {ask}?", "Please work out {tell}.", "Compute {tell}.",
+                   "I need to know {tell}.", "Could you tell me {tell}?", "Question: {ask}?",
+                   "Your task is to find {tell}."),
         distractors=("{other} is {k} years old.", "It is {k} degrees outside.",
                      "{who}'s house is number {k} on its street.", "{other} lives {k} doors down.",
                      "{other} owns {k} board games.", "{who}'s favourite number is {k}.",
                      "{other} sits in seat {k} at the cinema.",
                      "It has rained on {k} days this year.",
                      "{who}'s gym locker is number {k}.", "{other}'s jigsaw puzzle has {k} pieces.",
-                     "The school down the road is {k} years old."),
+                     "The school down the road is {k} years old.",
+                     "{who}'s football shirt has the number {k} on the back.",
+                     "{other} practised the piano for {k} minutes yesterday.",
+                     "{who}'s train leaves from platform {k}.", "{other}'s cousin turns {k} next week.",
+                     "{who} lives on floor {k} of a tall building.",
+                     "A crossword in today's paper has {k} clues.",
+                     "{other} keeps {k} old keys in a drawer.",
+                     "It took {other} {k} minutes to walk to school today."),
         bare=("What is {expression}?", "Compute {expression}.", "Calculate {expression}.",
               "Work out {expression}.", "Solve {expression}.", "How much is {expression}?",
-              "What do you get for {expression}?", "Find the result of {expression}."),
+              "What do you get for {expression}?", "Find the result of {expression}.",
+              "What's {expression}?", "Quick one: {expression} = ?", "Please compute {expression}.",
+              "Work this out: {expression}.", "What is the answer to {expression}?"),
     ),
     "heldout": Phrasings(
         _HELDOUT_FAMILIES,

@@ -123,7 +123,11 @@ SHAPES = (
             "{who} read {a} pages this month; {other} read {b} pages. How many more pages did "
             "{who} read?",
             "A red box holds {a} buttons and a blue box holds {b} buttons. How many fewer buttons "
-            "are in the blue box than in the red one?"),
+            "are in the blue box than in the red one?",
+            "{who} folded {a} paper cranes and {other} folded {b}. How many fewer cranes did "
+            "{other} fold?",
+            "A jar of red beans holds {a} beans, and a jar of white beans holds {b}. How many "
+            "more red beans are there than white ones?"),
         "heldout": (
             "{who} scored {a} points in a quiz, and {other} scored {b}. By how many points did "
             "{who} beat {other}?",
@@ -137,7 +141,11 @@ SHAPES = (
             "The green team scored {a} points, and the yellow team scored {b} more points than "
             "the green team. How many points did the yellow team score?",
             "A bakery made {a} loaves on Friday. On Saturday it made {b} more loaves than on "
-            "Friday. How many loaves did it make on Saturday?"),
+            "Friday. How many loaves did it make on Saturday?",
+            "A small candle burns for {a} minutes. A big candle burns {b} minutes longer than "
+            "that. For how many minutes does the big candle burn?",
+            "{who}'s comic collection is {b} comics bigger than {other}'s, which has {a}. How "
+            "many comics does {who} own?"),
         "heldout": (
             "{other}'s kite string is {a} metres long, and {who}'s is {b} metres longer. What is "
             "the length of {who}'s kite string in metres?",
@@ -151,7 +159,9 @@ SHAPES = (
             "{who} orders {a} pizzas that cost {b} euros each. {He} hands over {c} euros. How "
             "many euros should {he} get back?",
             "At the fair, {who} buys {a} tickets for {b} pounds apiece. {He} pays with {c} "
-            "pounds. Work out {his} change in pounds."),
+            "pounds. Work out {his} change in pounds.",
+            "{who} wants {a} bowls of noodles at {b} euros a bowl and gives the waiter {c} euros. "
+            "How many euros does the waiter bring back?"),
         "heldout": (
             "{who} picks up {a} bags of flour priced at {b} dollars a bag and gives the cashier "
             "{c} dollars. What change is {he} owed, in dollars?",
@@ -165,7 +175,9 @@ SHAPES = (
             "A roll holds {c} stickers. {who} uses {a} rows of {b} stickers to decorate {his} "
             "notebooks. How many stickers remain on the roll?",
             "There are {c} chairs in the hall. {who} sets out {a} rows of {b} chairs for a "
-            "concert and leaves the rest stacked. How many chairs stay stacked?"),
+            "concert and leaves the rest stacked. How many chairs stay stacked?",
+            "A ball of wool is {c} metres long. {who} cuts {a} pieces of {b} metres each from it. "
+            "How many metres of wool are left on the ball?"),
         "heldout": (
             "A baker has {c} eggs and bakes {a} cakes, each needing {b} eggs. How many eggs are "
             "not used?",
@@ -179,7 +191,9 @@ SHAPES = (
             "A café sold {a} cups of tea in the morning and {n} times as many in the afternoon. "
             "How many cups of tea did it sell in all that day?",
             "{who}'s first album has {a} songs, and {his} second has {times} as many. How many "
-            "songs are on the two albums together?"),
+            "songs are on the two albums together?",
+            "A snail crawls {a} centimetres in the morning and {times} as far in the afternoon. "
+            "How many centimetres does it crawl that day?"),
         "heldout": (
             "A school's first bus trip carried {a} pupils, and its second carried {n} times that "
             "number. Altogether, how many pupils went on the two trips?",
@@ -193,7 +207,9 @@ SHAPES = (
             "A farm collects {a} eggs in the morning and {b} eggs in the afternoon. The eggs go "
             "into full cartons of {n}. How many cartons are needed?",
             "{a} girls and {b} boys go on a school trip and are split into groups of {n}. How "
-            "many groups are there?"),
+            "many groups are there?",
+            "{who} collects {a} bottle caps and {other} collects {b}. They glue all the caps onto "
+            "boards, {n} to a board, with none left over. How many boards do they fill?"),
         "heldout": (
             "{who} bakes {a} chocolate cookies and {b} oat cookies, then wraps them in bags of "
             "{n} with none left over. How many bags does {he} wrap?",
@@ -207,7 +223,9 @@ SHAPES = (
             "{who} and {other} must deliver {c} leaflets. {who} delivers {a} and {other} "
             "delivers {b}. How many leaflets are left to deliver?",
             "A class is reading a book of {c} pages. It read {a} pages last week and {b} pages "
-            "this week. How many pages are left to read?"),
+            "this week. How many pages are left to read?",
+            "A cake recipe needs {c} grams of flour. {who} has weighed out {a} grams, and {other} "
+            "adds {b} grams. How many grams are still missing?"),
         "heldout": (
             "A wall needs {c} bricks. {who} lays {a} bricks and {other} lays {b}. How many more "
             "bricks must be laid to finish the wall?",
@@ -221,7 +239,9 @@ SHAPES = (
             "A machine fills {a} bottles a minute. It runs for {b} minutes, and then a worker "
             "fills {c} more bottles by hand. How many bottles are filled altogether?",
             "{who} earns {a} dollars an hour for {b} hours, plus a tip of {c} dollars. How many "
-            "dollars does {he} earn in total?"),
+            "dollars does {he} earn in total?",
+            "{who} swims {a} lengths a day for {b} days and {c} extra lengths at the weekend. How "
+            "many lengths does {he} swim over the whole time?"),
         "heldout": (
             "{who} saves {a} euros every week for {b} weeks, and {his} aunt adds a gift of {c} "
             "euros. How many euros has {he} put aside, the gift included?",
@@ -233,7 +253,9 @@ SHAPES = (
             "{who} buys {a} sandwiches at {b} dollars each and a drink for {d} dollars. {He} pays "
             "with {c} dollars. How much change does {he} get, in dollars?",
             "{who} has {c} euros. {He} buys {a} plants for {b} euros each and pays {d} euros for "
-            "delivery. How many euros does {he} have left?"),
+            "delivery. How many euros does {he} have left?",
+            "{who} goes to the cinema with {c} dollars. {He} buys {a} tickets at {b} dollars each "
+            "and popcorn for {d} dollars. How many dollars are left over?"),
         "heldout": (
             "{who} books {a} concert tickets at {b} pounds each plus a {d}-pound booking fee and "
             "hands over {c} pounds. How many pounds does {he} get back?",
@@ -245,7 +267,10 @@ SHAPES = (
             "{who} has {c} sweets. {He} fills {a} party bags with {b} sweets each and shares the "
             "rest equally among {n} friends. How many sweets does each friend get?",
             "A club has {c} dollars. It buys {a} balls at {b} dollars each and splits the money "
-            "left over equally among its {n} teams. How many dollars does each team get?"),
+            "left over equally among its {n} teams. How many dollars does each team get?",
+            "{who} has {c} stamps. {He} sticks {b} stamps on each of {a} envelopes and hands the "
+            "stamps that are left equally to {n} pen pals. How many stamps does each pen pal "
+            "get?"),
         "heldout": (
             "A farmer picks {c} apples, sells {a} boxes of {b} apples each, and divides the "
             "remaining apples equally among {n} neighbours. How many apples does each neighbour "

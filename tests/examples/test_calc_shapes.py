@@ -118,12 +118,13 @@ def test_chain_stories_stand_in_where_no_shape_fits(monkeypatch):
 
 
 def test_shapes_read_as_worked_by_hand():
-    """Checked by reading: 43 apples and three times as many (129) make 172; 6 boxes of 19 are
-    114 of 240 apples, and the other 126 shared by 7 are 18 each; 5 tickets at 29 are 145, and
-    200 less 145 less 28 is 27."""
+    """Checked by reading: 7 bowls at 36 euros are 252, and 500 less 252 is 248 (Kofi's
+    favourite number plays no part); 6 boxes of 19 are 114 of 240 apples, and the other 126
+    shared by 7 are 18 each; 5 tickets at 29 are 145, and 200 less 145 less 28 is 27."""
     assert generate(11, seed=1, split="train")[10] == Problem(
-        "Nadia picked 43 apples on Monday and three times as many on Tuesday. How many apples did "
-        "she pick over the two days?", 172, 2, "43 + 43 * 3")
+        "Kofi wants 7 bowls of noodles at 36 euros a bowl and gives the waiter 500 euros. Kofi's "
+        "favourite number is 84. How many euros does the waiter bring back?", 248, 2,
+        "500 - 7 * 36", 84)
     heldout = generate(9, seed=1, split="heldout")
     assert heldout[8] == Problem(
         "A farmer picks 240 apples, sells 6 boxes of 19 apples each, and divides the remaining "

@@ -146,14 +146,20 @@ def test_distractor_numbers_play_no_part(split):
 
 def test_problems_read_as_worked_by_hand():
     """A few problems checked by reading them: the story's words agree with the expression."""
-    assert generate(3, seed=1, split="train")[1:] == [
-        Problem("Nadia's gym locker is number 30. Nadia packs 372 cookies equally into 3 boxes and "
-                "keeps one box. She bakes another 295. Calculate how many cookies Nadia has.",
-                419, 2, "372 / 3 + 295", 30),
-        # a shape other than a chain (examples/calc/shapes.py): what is left after the bags, shared
-        Problem("Nadia has 164 sweets. She fills 4 party bags with 13 sweets each and shares the "
-                "rest equally among 4 friends. How many sweets does each friend get?",
-                28, 3, "(164 - 4 * 13) / 4"),
+    train = generate(5, seed=1, split="train")
+    assert [train[1], train[2], train[4]] == [
+        Problem("Nadia runs a small library with 343 books. A donor gives her 241 books. Readers "
+                "borrow 295 books. Your task is to find how many books Nadia's library has.",
+                289, 2, "343 + 241 - 295"),
+        # a shape other than a chain (examples/calc/shapes.py): what is left after the balls, shared
+        Problem("A club has 63 dollars. Mateo owns 14 board games. It buys 3 balls at 7 dollars "
+                "each and splits the money left over equally among its 6 teams. How many dollars "
+                "does each team get?", 7, 3, "(63 - 3 * 7) / 6", 14),
+        # 102 less the 21 knocked over is 81, and three times that is 243
+        Problem("In Goran's tower there are 102 elixirs. A clumsy apprentice knocks over 21 of the "
+                "elixirs, and they are lost. Goran lives on floor 56 of a tall building. He "
+                "enchants the shelf so that the number of elixirs is multiplied by 3. After the "
+                "last change, how many elixirs does Goran have?", 243, 2, "(102 - 21) * 3", 56),
     ]
     assert generate(3, seed=1, split="heldout")[1:] == [
         Problem("Ben saves 59 dollars a month for 3 months. He takes out 127 dollars for a game. "
