@@ -154,7 +154,8 @@ def run_learner(
         last_ckpt_t, last_ckpt_step = time.monotonic(), policy.step
 
     def reject(probe: float) -> None:
-        """The policy is broken: drop what it learnt since the last checkpoint."""
+        """The policy is broken: drop what it learnt since the last checkpoint, and take the
+        rehearsal back to where that checkpoint was, so its rows are trained again."""
         nonlocal policy
         lost = [t for step in trained for t in step]
         log.error("the policy at step %d scores %s on the probe set: not registered; the %d "
@@ -167,8 +168,11 @@ def run_learner(
         found = store.latest(work / f"restore-{time.time_ns()}")
         if found is None:
             policy = result.policy = PolicyTrainer(settings, work / "trl", ranks)
+            extra = {}
         else:
-            policy.load(found[1])
+            extra = policy.load(found[1])
+        if rehearsal is not None:
+            rehearsal.load_state_dict(extra.get("rehearsal", {}))
 
     def train(ready: list[dict]) -> None:
         weights = [t["_weight"] for t in ready]
@@ -183,6 +187,8 @@ def run_learner(
             log.warning("step skipped: %s; its %d transitions go to the DLQ", exc, len(ready))
             metrics.skipped.labels(reason=exc.reason).inc()
             batcher.dead_letter(ready, exc.reason, str(exc))
+            if rehearsal is not None:
+                rehearsal.put_back(rehearsed)
             return
         step_metrics["staleness"] = sum(stale) / len(stale)
         if rehearsed:  # the traffic's figures, not the demonstrations' ones and 1s

@@ -16,8 +16,10 @@ completion JSONL; a worked problem's calls are one chain, one row). Its rows are
 order fixed by `learner.seed`, reshuffled on every pass, with advantage 1 and weight 1, like
 a warm start's, in whatever mode the learner runs (`sft`: they pass the return threshold; `rl`:
 an on-policy ratio, as warm-start rows). They are not traffic: a step that fails sends only its
-traffic to the DLQ, and the position in the file is stored in every checkpoint, so a resumed
-or replayed learner takes the same rows. Their ids start with `rehearse:` in the ledger.
+traffic to the DLQ. The position in the file is stored in every checkpoint, so a resumed or
+replayed learner takes the same rows; a skipped step's rows are handed out again, and a policy
+the probe set rejects goes back to its last checkpoint's position with its weights (the
+rejected steps' rows are trained again). Their ids start with `rehearse:` in the ledger.
 """
 
 from __future__ import annotations
@@ -40,6 +42,11 @@ class Rehearsal:
         picked = [self._row(self.taken + i) for i in range(self.per_step)]
         self.taken += self.per_step
         return picked
+
+    def put_back(self, rows: list[dict]) -> None:
+        """The rows of the last `take` were not trained (the step was skipped): the next
+        `take` hands them out again."""
+        self.taken -= len(rows)
 
     def _row(self, k: int) -> dict:
         passed, index = divmod(k, len(self.rows))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_learner_guards import _dlq_reasons
+from test_learner_guards import _dlq_reasons, _settings, _train_until
 from test_learner_warm_start import _completion_logprob, _write
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -109,7 +109,40 @@ def test_a_failed_step_sends_only_its_traffic_to_the_dlq(tmp_path, kafka_setting
     result = run_learner(settings, experiment=f"exp-{name}", model_name=f"m-{name}",
                          until_step=1, max_seconds=240)
     assert result.counters["dlq:non_finite_loss"] == 2
-    assert len(result.ledger) == 1 and sum(tid.startswith("rehearse:")
-                                           for tid in result.ledger[0]) == 2
+    # the skipped step's demonstrations were not trained: the next step takes them
+    expected = Rehearsal(path, 2, result.policy.tokenizer, "rl", settings.learner.seed)
+    first = [t["transition_id"] for t in expected.take()]
+    assert len(result.ledger) == 1
+    assert sorted(tid for tid in result.ledger[0] if tid.startswith("rehearse:")) == sorted(first)
     letters = _dlq_reasons(settings, 2)
     assert sorted(letter["offset"] for letter in letters) == [0, 1]
+
+
+@pytest.mark.integration
+@pytest.mark.mlflow
+def test_a_policy_the_probe_rejects_takes_its_rehearsal_rows_again(
+        tmp_path, kafka_settings, mlflow_server, tiny_model_dir, monkeypatch):
+    """Every step breaks the weights (a learning rate no operator means) and is rejected: the
+    policy goes back to the base model, and the rehearsal to its first rows, so the next step
+    trains the rejected step's demonstrations again rather than skipping them."""
+    path = tmp_path / "demos.jsonl"
+    _write(path, DEMOS)
+    settings = _settings(kafka_settings, mlflow_server, tiny_model_dir, batch_size=2, lr=1e38,
+                         rehearsal=path, rehearsal_per_step=2)
+    handed_out = []
+    take = Rehearsal.take
+
+    def spy(self):  # the real rows, recorded: the ledger of rejected steps is dropped
+        rows = take(self)
+        handed_out.append([t["transition_id"] for t in rows])
+        return rows
+
+    monkeypatch.setattr(Rehearsal, "take", spy)
+    produce(settings, [make_transition(i, ret=float(i % 2)) for i in range(4)])
+    result = _train_until(settings, 2)
+    assert result.steps == 2 and result.checkpoints == []
+    assert result.counters["dlq:non_finite_probe"] == 4
+    expected = Rehearsal(path, 2, result.policy.tokenizer, settings.learner.mode,
+                         settings.learner.seed)
+    first = [t["transition_id"] for t in take(expected)]
+    assert handed_out == [first, first]
