@@ -26,6 +26,10 @@ console = Console()
 def demo(
     minutes: float = typer.Option(10.0, help="Minutes of training traffic (evaluations and "
                                   "start-up come on top; the defaults end within 30 minutes)."),
+    within: float = typer.Option(30.0, min=0, help="Minutes the whole run may take: the traffic "
+                                 "ends early where the start-up and the warm start left too "
+                                 "little time for all of --minutes and the final evaluation "
+                                 "(about 5 minutes); 0: never cut the traffic."),
     task: str = typer.Option("calc", help=f"One of: {', '.join(TASKS)}."),
     front_end: str = typer.Option("openai", "--front-end", help=FRONT_END_HELP),
     workers: int = typer.Option(16, min=1, help="Agent threads sending rollouts through the gateway."),
@@ -97,7 +101,8 @@ def demo(
                        mode=modes[0], n_eval=n_eval, version_eval_n=version_eval, group_size=group_size,
                        temperature=temperature, lr=lr, learner_threads=learner_threads,
                        engine_threads=engine_threads, warm_start=warm_start, rehearsal=rehearsal,
-                       lora_targets=parse_lora_targets(lora_targets), calc_style=calc_style)
+                       lora_targets=parse_lora_targets(lora_targets), calc_style=calc_style,
+                       within=within or None)
     settings = get_settings()
     _stop_on_sigterm()
     if compare is not None:

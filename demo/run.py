@@ -78,6 +78,10 @@ class DemoOptions:
     rehearsal: int | None = None
     # How calc's plain agent solves (examples/calc/agent.py); None: its default (expression).
     calc_style: str | None = None
+    # Minutes the whole run may take: the traffic ends early where the start-up and the warm
+    # start took so long that its full `minutes` and the finish (FINISH_RESERVE_S) would
+    # overrun them; None: the traffic always runs its `minutes`.
+    within: float | None = 30.0
 
     @property
     def warm_start_problems(self) -> int:
@@ -106,6 +110,9 @@ class DemoOptions:
 # take about 10 minutes on a machine doing nothing else.
 WARM_START = {("calc", "openai"): 1300}
 WARM_START_WHOLE_ROWS = 450  # the default where the learner's loss runs every row whole
+# Stopping the learner, serving its last version and the final evaluation (n=200): 3.1-3.3
+# minutes in runs 21 and 23, 4.1 in run 24 on a slower hour of this 2-core machine.
+FINISH_RESERVE_S = 300.0
 WARM_START_LR = 1e-3
 WARM_START_SEED = 500_009  # neither a traffic round's seed (demo/traffic.py) nor the held-out one
 # Rehearsal (learner/rehearsal.py): other worked problems than the warm start's, 4 in every
@@ -146,6 +153,16 @@ def demo_settings(settings: Settings, opts: DemoOptions, task: Task, run_id: str
         "download_dir": settings.home_dir / "demo" / run_id / "versions", "engine_urls": []})
     return settings.model_copy(update={"learner": learner, "engine": engine, "streams": streams, "mlflow": mlflow,
                                        "topics": topic_cfg, "gateway": gateway, "reloader": reloader})
+
+
+def traffic_ends_at(t0: float, train_started: float, opts: DemoOptions) -> float:
+    """When the traffic stops: `opts.minutes` after it started, or earlier where the run,
+    started at `t0`, would otherwise not end within `opts.within` minutes (never before the
+    traffic started: then there is none)."""
+    planned = train_started + opts.minutes * 60
+    if opts.within is None:
+        return planned
+    return max(train_started, min(planned, t0 + opts.within * 60 - FINISH_RESERVE_S))
 
 
 def warm_start_file(settings: Settings, run_id: str) -> Path:
@@ -346,7 +363,10 @@ class DemoRun:
             traffic.start()
             for thread in background:
                 thread.start()
-            ends_at, stopped_early = train_started + opts.minutes * 60, False
+            ends_at, stopped_early = traffic_ends_at(t0, train_started, opts), False
+            if ends_at < train_started + opts.minutes * 60:
+                self._say(f"[yellow]traffic cut to {(ends_at - train_started) / 60:.1f} of its "
+                          f"{opts.minutes:g} minutes, to end within {opts.within:g} in all[/]")
             title = f"tracetrain demo: {self.task.name}, {opts.mode}, {opts.workers} agents"
             try:
                 # a table on a terminal, a status line every 30 s in a piped log
@@ -377,6 +397,8 @@ class DemoRun:
                 "final_accuracy": round(final, 4), "n": opts.n_eval,
                 "minutes": round((time.time() - t0) / 60, 2),
                 "training_minutes": round((time.time() - train_started) / 60, 2),
+                "traffic_minutes": round((traffic_ended - train_started) / 60, 2),
+                "within_minutes": opts.within,
                 "train_started": round(train_started, 3), "stopped_early": stopped_early,
                 "versions": monitor.snapshot.versions, "final_policy_version": final_version,
                 "mean_reload_s": None if monitor.mean_reload_s() is None else round(monitor.mean_reload_s(), 3),

@@ -238,3 +238,21 @@ def test_the_calc_warm_start_is_longer_where_the_learner_shares_the_prompt():
 
     assert same_warm_start(DemoOptions(), ("rl", "sft")).warm_start == 450
     assert same_warm_start(DemoOptions(warm_start=900), ("rl", "sft")).warm_start == 900
+
+
+def test_the_traffic_ends_early_only_where_the_run_would_overrun_its_minutes():
+    """Run 24 took 31.3 minutes: a slow hour stretched its warm start to 13.9. The traffic now
+    gives way to the finish (FINISH_RESERVE_S), and never starts before it started."""
+    from demo.run import FINISH_RESERVE_S, DemoOptions, traffic_ends_at
+
+    t0, opts = 1000.0, DemoOptions()  # 10 minutes of traffic, within 30
+    # a quick start: the whole 10 minutes
+    assert traffic_ends_at(t0, t0 + 15 * 60, opts) == t0 + 25 * 60
+    # a slow one: cut so that the finish still fits in 30 minutes
+    cut = traffic_ends_at(t0, t0 + 18 * 60, opts)
+    assert cut == t0 + 30 * 60 - FINISH_RESERVE_S < t0 + 28 * 60
+    # no time left at all: no traffic, rather than an end before its start
+    assert traffic_ends_at(t0, t0 + 29 * 60, opts) == t0 + 29 * 60
+    # without a bound, or with a loose one, the traffic runs its minutes
+    assert traffic_ends_at(t0, t0 + 18 * 60, DemoOptions(within=None)) == t0 + 28 * 60
+    assert traffic_ends_at(t0, t0 + 18 * 60, DemoOptions(within=60)) == t0 + 28 * 60
