@@ -21,15 +21,17 @@ FRONT_END_HELP = ("The agent's framework: openai (plain client); for calc, autog
                   "langgraph (the team as a LangGraph graph; pip install 'tracetrain\\[langgraph]').")
 
 console = Console()
+MINUTES, WITHIN = 10.0, 30.0  # the defaults of --minutes and (with them) --within
 
 
 def demo(
-    minutes: float = typer.Option(10.0, help="Minutes of training traffic (evaluations and "
+    minutes: float = typer.Option(MINUTES, help="Minutes of training traffic (evaluations and "
                                   "start-up come on top; the defaults end within 30 minutes)."),
-    within: float = typer.Option(30.0, min=0, help="Minutes the whole run may take: the traffic "
+    within: float = typer.Option(None, min=0, help="Minutes the whole run may take: the traffic "
                                  "ends early where the start-up and the warm start left too "
                                  "little time for all of --minutes and the final evaluation "
-                                 "(about 5 minutes); 0: never cut the traffic."),
+                                 "(about 5 minutes). Default: 30 with the default --minutes, no "
+                                 "bound with another; 0: no bound."),
     task: str = typer.Option("calc", help=f"One of: {', '.join(TASKS)}."),
     front_end: str = typer.Option("openai", "--front-end", help=FRONT_END_HELP),
     workers: int = typer.Option(16, min=1, help="Agent threads sending rollouts through the gateway."),
@@ -102,7 +104,7 @@ def demo(
                        temperature=temperature, lr=lr, learner_threads=learner_threads,
                        engine_threads=engine_threads, warm_start=warm_start, rehearsal=rehearsal,
                        lora_targets=parse_lora_targets(lora_targets), calc_style=calc_style,
-                       within=within or None)
+                       within=_within(within, minutes))
     settings = get_settings()
     _stop_on_sigterm()
     if compare is not None:
@@ -229,3 +231,11 @@ def eval_command(
         line.update(per_agent=breakdown(episodes),
                     rollouts_per_minute=round(len(rewards) / max(minutes, 1e-9), 2))
     typer.echo(json.dumps(line))
+
+
+def _within(within: float | None, minutes: float) -> float | None:
+    """--within as given (0: no bound); unset, 30 where --minutes is its default (the demo's
+    30-minute promise), no bound where someone asked for other minutes of traffic."""
+    if within is None:
+        return WITHIN if minutes == MINUTES else None
+    return within or None

@@ -80,8 +80,9 @@ class DemoOptions:
     calc_style: str | None = None
     # Minutes the whole run may take: the traffic ends early where the start-up and the warm
     # start took so long that its full `minutes` and the finish (FINISH_RESERVE_S) would
-    # overrun them; None: the traffic always runs its `minutes`.
-    within: float | None = 30.0
+    # overrun them; None: the traffic always runs its `minutes` (`tracetrain demo` gives 30
+    # with its default minutes).
+    within: float | None = None
 
     @property
     def warm_start_problems(self) -> int:

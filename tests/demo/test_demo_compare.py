@@ -245,7 +245,7 @@ def test_the_traffic_ends_early_only_where_the_run_would_overrun_its_minutes():
     gives way to the finish (FINISH_RESERVE_S), and never starts before it started."""
     from demo.run import FINISH_RESERVE_S, DemoOptions, traffic_ends_at
 
-    t0, opts = 1000.0, DemoOptions()  # 10 minutes of traffic, within 30
+    t0, opts = 1000.0, DemoOptions(within=30)  # 10 minutes of traffic
     # a quick start: the whole 10 minutes
     assert traffic_ends_at(t0, t0 + 15 * 60, opts) == t0 + 25 * 60
     # a slow one: cut so that the finish still fits in 30 minutes
@@ -256,3 +256,11 @@ def test_the_traffic_ends_early_only_where_the_run_would_overrun_its_minutes():
     # without a bound, or with a loose one, the traffic runs its minutes
     assert traffic_ends_at(t0, t0 + 18 * 60, DemoOptions(within=None)) == t0 + 28 * 60
     assert traffic_ends_at(t0, t0 + 18 * 60, DemoOptions(within=60)) == t0 + 28 * 60
+
+
+def test_the_cli_bounds_the_default_run_and_leaves_asked_for_minutes_alone():
+    from demo.cli import _within
+
+    assert _within(None, 10.0) == 30.0  # `tracetrain demo`: the 30-minute promise
+    assert _within(None, 60.0) is None  # `--minutes 60`: its 60 minutes of traffic
+    assert _within(45.0, 60.0) == 45.0 and _within(0.0, 10.0) is None
