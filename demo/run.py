@@ -115,6 +115,7 @@ WARM_START_WHOLE_ROWS = 450  # the default where the learner's loss runs every r
 # minutes in runs 21 and 23, 4.1 in run 24 on a slower hour of this 2-core machine.
 FINISH_RESERVE_S = 300.0
 WARM_START_LR = 1e-3
+WARM_START_SCHEDULE = "cosine"
 WARM_START_SEED = 500_009  # neither a traffic round's seed (demo/traffic.py) nor the held-out one
 # Rehearsal (learner/rehearsal.py): other worked problems than the warm start's, 4 in every
 # traffic step. Without it the traffic moved held-out accuracy by +0.004, +0.005 and -0.080 from
@@ -135,6 +136,7 @@ def demo_settings(settings: Settings, opts: DemoOptions, task: Task, run_id: str
         "staleness_policy": "downweight", "threads": opts.learner_threads,
         # no traffic runs until the warm start's version is served: it may take every core
         **({"warm_start": warm_start_file(settings, run_id), "warm_start_lr": WARM_START_LR,
+            "warm_start_schedule": WARM_START_SCHEDULE,
             "warm_start_threads": os.cpu_count()} if opts.warm_start_problems else {}),
         **({"rehearsal": rehearsal_file(settings, run_id),
             "rehearsal_per_step": opts.rehearsal_per_step} if opts.rehearsal_per_step else {})})

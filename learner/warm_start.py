@@ -37,8 +37,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -167,27 +168,52 @@ def steps(policy, path: Path, epochs: int, threads: int | None
         torch.set_num_threads(threads)
     log.info("warm start: %d demonstrations from %s, %d epoch(s), %d steps", len(rows), path,
              epochs, len(batches))
+    peak = learner.warm_start_lr or learner.lr
     try:
-        with learning_rate(policy, learner.warm_start_lr or learner.lr):
+        with learning_rate(policy) as set_rate:
             for k, batch in enumerate(batches, 1):
+                set_rate(rate(k, len(batches), peak, learner.warm_start_schedule))
                 ones = [1.0] * len(batch)
                 yield k, len(batches), batch, policy.train_step(batch, ones, ones)
     finally:
         torch.set_num_threads(before)
 
 
+WARMUP_SHARE = 0.05  # of the steps, rising to the peak: Adam's first moments are still noise
+FLOOR = 0.1  # of the peak at the last step
+
+
+def rate(k: int, total: int, peak: float, schedule: str) -> float:
+    """Step `k`'s (1-based, of `total`) learning rate. `cosine`: one pass over worked problems
+    ends on small steps rather than at the peak, so the version served first is not the last
+    few batches' (a decay to a tenth, as TRL's SFT recipes decay theirs)."""
+    if schedule == "constant":
+        return peak
+    if schedule != "cosine":
+        raise LearnerError(f"learner.warm_start_schedule {schedule!r}: expected constant or "
+                           "cosine")
+    warmup = max(1, round(total * WARMUP_SHARE))
+    if k <= warmup:
+        return peak * k / warmup
+    progress = (k - warmup) / max(1, total - warmup)
+    return peak * (FLOOR + (1 - FLOOR) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
 @contextmanager
-def learning_rate(policy, lr: float) -> Iterator[None]:
-    """The one optimizer at `lr` meanwhile. The scheduler (constant) sets each group's rate
-    from its base rate at every step, so both are set, and both restored, so that the
-    checkpoint after the warm start holds the learner's own rate."""
+def learning_rate(policy) -> Iterator[Callable[[float], None]]:
+    """Yields a setter of the one optimizer's rate for the next step. The scheduler (constant)
+    sets each group's rate from its base rate at every step, so both are set, and both
+    restored after, so that the checkpoint after the warm start holds the learner's own rate."""
     scheduler, groups = policy.scheduler, policy.optimizer.param_groups
     saved = list(scheduler.base_lrs), [group["lr"] for group in groups]
-    scheduler.base_lrs = [lr] * len(groups)
-    for group in groups:
-        group["lr"] = lr
+
+    def set_rate(lr: float) -> None:
+        scheduler.base_lrs = [lr] * len(groups)
+        for group in groups:
+            group["lr"] = lr
+
     try:
-        yield
+        yield set_rate
     finally:
         scheduler.base_lrs = saved[0]
         for group, value in zip(groups, saved[1], strict=True):

@@ -24,6 +24,8 @@ DistBackend = Literal["auto", "gloo", "nccl"]
 DistStrategy = Literal["auto", "ddp", "fsdp"]
 # learner: a transition more than max_staleness versions behind
 StalenessPolicy = Literal["drop", "downweight"]
+# learner: the warm start's learning rate over its steps (constant, or a rise then a cosine fall)
+WarmStartSchedule = Literal["constant", "cosine"]
 # streams: how a rollout's rewards become each call's return
 CreditMode = Literal["identical", "air", "discounted"]
 # streams: a rollout that timed out without its final reward
@@ -46,6 +48,7 @@ LEARNER_MODES: tuple[str, ...] = get_args(LearnerMode)
 ADVANTAGE_MODES: tuple[str, ...] = get_args(AdvantageMode)
 LOSS_TYPES: tuple[str, ...] = get_args(LossType)
 STALENESS_POLICIES: tuple[str, ...] = get_args(StalenessPolicy)
+WARM_START_SCHEDULES: tuple[str, ...] = get_args(WarmStartSchedule)
 CREDIT_MODES: tuple[str, ...] = get_args(CreditMode)
 ON_TIMEOUT: tuple[str, ...] = get_args(OnTimeout)
 ON_OVERSIZE: tuple[str, ...] = get_args(OnOversize)

@@ -4,6 +4,7 @@ once (learner/warm_start.py)."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -19,7 +20,9 @@ from examples.calc.reward import reward
 from learner import warm_start
 from learner.errors import LearnerError
 from learner.loop import run_learner
+from learner.trainer import PolicyTrainer
 from testkit.learner import learner_settings, make_transition, produce
+from tracetrain.settings import load_settings
 
 DEMOS = [{"prompt": [{"role": "user", "content": f"What does the parrot say on day {i}?"}],
           "completion": [{"role": "assistant", "content": "Polly wants a cracker."}]}
@@ -110,6 +113,44 @@ def _completion_logprob(model, t: dict) -> float:
         logps = model(input_ids=ids).logits[0, :-1].float().log_softmax(-1)
     start = len(t["prompt_token_ids"]) - 1
     return float(logps[start:].gather(1, ids[0, start + 1:, None]).sum())
+
+
+def test_the_cosine_schedule_rises_then_falls_to_a_tenth():
+    # 40 steps: 2 rising (5%), then 38 falling; worked by hand from the cosine's halves
+    rates = [warm_start.rate(k, 40, 2e-3, "cosine") for k in range(1, 41)]
+    assert rates[:2] == pytest.approx([1e-3, 2e-3])
+    assert rates[2] == pytest.approx(2e-4 + 1.8e-3 * 0.5 * (1 + math.cos(math.pi / 38)))
+    assert rates[20] == pytest.approx(2e-4 + 1.8e-3 * 0.5)  # k=21: half way down the fall
+    assert rates[-1] == pytest.approx(2e-4)
+    assert all(a >= b for a, b in zip(rates[1:], rates[2:], strict=False))
+    assert warm_start.rate(1, 1, 2e-3, "cosine") == pytest.approx(2e-3)  # one step: the peak
+    assert {warm_start.rate(k, 40, 2e-3, "constant") for k in (1, 20, 40)} == {2e-3}
+    with pytest.raises(LearnerError, match="'linear': expected constant or cosine"):
+        warm_start.rate(1, 40, 2e-3, "linear")
+
+
+def test_each_warm_start_step_takes_its_scheduled_rate_and_the_learners_comes_back(
+        tiny_model_dir, tmp_path):
+    path = tmp_path / "demos.jsonl"
+    _write(path, DEMOS)
+    settings = learner_settings(load_settings(home=tmp_path), tiny_model_dir, mode="sft",
+                                batch_size=1, lr=1e-4, warm_start=path, warm_start_lr=1e-2,
+                                warm_start_schedule="cosine")
+    policy = PolicyTrainer(settings, tmp_path / "work")
+    taken, totals = [], set()
+    for _, total, _, _ in warm_start.steps(policy, path, epochs=2, threads=None):
+        totals.add(total)
+        # the optimizer has stepped at the group's rate; the constant scheduler then set it
+        # again from the base rate, which the next step's rate replaces
+        taken.append(policy.optimizer.param_groups[0]["lr"])
+    assert totals == {12} and taken == pytest.approx(
+        [warm_start.rate(k, 12, 1e-2, "cosine") for k in range(1, 13)])
+    # 12 steps: one rising step (5% rounds up to 1) reaches the peak, then the fall to a tenth
+    assert taken[0] == pytest.approx(1e-2) and taken[1] < taken[0]
+    assert taken[-1] == pytest.approx(1e-3)
+    assert [g["lr"] for g in policy.optimizer.param_groups] == [1e-4] * len(
+        policy.optimizer.param_groups)
+    assert policy.scheduler.base_lrs == [1e-4] * len(policy.optimizer.param_groups)
 
 
 @pytest.mark.integration

@@ -14,6 +14,7 @@ from tracetrain.modes import (
     LossNormalisation,
     LossType,
     StalenessPolicy,
+    WarmStartSchedule,
 )
 
 # PEFT names of SmolLM2's (Llama's) linear layers.
@@ -122,6 +123,11 @@ class LearnerSettings(BaseModel):
     warm_start_epochs: int = Field(1, ge=1, description="Passes over the warm start's file.")
     warm_start_lr: float | None = Field(
         None, gt=0, description="Learning rate of the warm start's steps (unset: `lr`)."
+    )
+    warm_start_schedule: WarmStartSchedule = Field(
+        "constant", description="The warm start's learning rate over its steps: constant "
+        "(`warm_start_lr` throughout) or cosine (a linear rise over its first 5% of steps to "
+        "`warm_start_lr`, then a cosine fall to a tenth of it by its last step)."
     )
     warm_start_threads: int | None = Field(
         None, ge=1, description="torch threads during the warm start (unset: `threads`); the "
