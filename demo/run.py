@@ -109,12 +109,12 @@ class DemoOptions:
 # (learner/shared_prefix.py) 1000 take 7.8 minutes, and the runs with them ended at 0.585 held-out
 # (runs 20 and 21, README) where 450 ended at 0.46-0.47; 1300 ended at 0.655 (run 22), and
 # take about 10 minutes on a machine doing nothing else.
-WARM_START = {("calc", "openai"): 1300}
+WARM_START = {("calc", "openai"): 1600}
 WARM_START_WHOLE_ROWS = 450  # the default where the learner's loss runs every row whole
 # Stopping the learner, serving its last version and the final evaluation (n=200): 3.1-3.3
 # minutes in runs 21 and 23, 4.1 in run 24 on a slower hour of this 2-core machine.
 FINISH_RESERVE_S = 300.0
-WARM_START_LR = 1e-3
+WARM_START_LR = 2e-3
 WARM_START_SCHEDULE = "cosine"
 WARM_START_SEED = 500_009  # neither a traffic round's seed (demo/traffic.py) nor the held-out one
 # Rehearsal (learner/rehearsal.py): other worked problems than the warm start's, 4 in every
