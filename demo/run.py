@@ -107,9 +107,13 @@ class DemoOptions:
 # trained as one sequence cost about half (learner/warm_start.py): 450 took 9.7-10.8 (three
 # runs, README), and traffic the last 10. With the batch's shared prompt run once
 # (learner/shared_prefix.py) 1000 take 7.8 minutes, and the runs with them ended at 0.585 held-out
-# (runs 20 and 21, README) where 450 ended at 0.46-0.47; 1300 ended at 0.655 (run 22), and
-# take about 10 minutes on a machine doing nothing else.
-WARM_START = {("calc", "openai"): 1600}
+# (runs 20 and 21, README) where 450 ended at 0.46-0.47; 1300 ended at 0.645-0.660 (runs 22-24),
+# and take about 10 minutes on a machine doing nothing else. A cosine rate (a rise, a peak of
+# 2e-3, a fall to a tenth: learner/warm_start.py `rate`) took 1300 alone to 0.680 (run 25),
+# where the constant 1e-3 had ended at 0.645-0.660 with ten minutes of traffic after it. 1600
+# at the same rate did no better (0.640 alone, 0.620 after the 3.3 minutes of traffic --within
+# left them: run 26, a slow hour, 18.1 minutes of warm start), so 1300 stay.
+WARM_START = {("calc", "openai"): 1300}
 WARM_START_WHOLE_ROWS = 450  # the default where the learner's loss runs every row whole
 # Stopping the learner, serving its last version and the final evaluation (n=200): 3.1-3.3
 # minutes in runs 21 and 23, 4.1 in run 24 on a slower hour of this 2-core machine.

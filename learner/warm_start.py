@@ -26,10 +26,11 @@ gradient of an on-policy ratio (the same direction; `grpo` takes a mean per sequ
 
 It runs once: only when the learner starts with no registered checkpoint of its model (a
 restart resumes from the warm start's version instead), for `warm_start_epochs` passes in an
-order fixed by `learner.seed`, in micro-batches of `batch_size`, at `warm_start_lr`; its result
-is registered as the first version (so the engine serves it before any traffic is trained on). The ledger
-lists the demonstrations by id (`warm:<file digest>:<line>`, a chain's `<first>-<last>`), so a
-replay with the same settings takes the same steps.
+order fixed by `learner.seed`, in micro-batches of `batch_size`, at `warm_start_lr` (throughout,
+or as the peak of `warm_start_schedule` cosine: `rate`); its result is registered as the first
+version (so the engine serves it before any traffic is trained on). The ledger lists the
+demonstrations by id (`warm:<file digest>:<line>`, a chain's `<first>-<last>`), so a replay
+with the same settings takes the same steps.
 """
 
 from __future__ import annotations

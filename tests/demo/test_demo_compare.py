@@ -224,11 +224,11 @@ def test_the_calc_demo_works_its_problems_in_the_style_asked(tmp_path):
 
 
 def test_the_calc_warm_start_is_longer_where_the_learner_shares_the_prompt():
-    """sft runs a batch's shared prompt once (learner/shared_prefix.py): 1600 worked problems
+    """sft runs a batch's shared prompt once (learner/shared_prefix.py): 1300 worked problems
     fit its 30 minutes; rl's and kto's losses run every row whole, so they take 450."""
     from demo.run import DemoOptions
 
-    assert DemoOptions().warm_start_problems == 1600
+    assert DemoOptions().warm_start_problems == 1300
     assert DemoOptions(mode="rl").warm_start_problems == 450
     assert DemoOptions(mode="kto").warm_start_problems == 450
     assert DemoOptions(mode="rl", warm_start=700).warm_start_problems == 700  # as asked
