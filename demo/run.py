@@ -111,7 +111,7 @@ class DemoOptions:
 # and take about 10 minutes on a machine doing nothing else. A cosine rate (a rise, a peak of
 # 2e-3, a fall to a tenth: learner/warm_start.py `rate`) took 1300 alone to 0.680 (run 25),
 # where the constant 1e-3 had ended at 0.645-0.660 with ten minutes of traffic after it. 1600
-# at the same rate did no better (0.640 alone, 0.620 after the 3.3 minutes of traffic --within
+# at the same rate did no better (0.640 alone, 0.620 after the 3.7 minutes of traffic --within
 # left them: run 26, a slow hour, 18.1 minutes of warm start), so 1300 stay.
 WARM_START = {("calc", "openai"): 1300}
 WARM_START_WHOLE_ROWS = 450  # the default where the learner's loss runs every row whole

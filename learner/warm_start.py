@@ -45,6 +45,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from learner.errors import LearnerError
+from tracetrain.modes import WARM_START_SCHEDULES, one_of
 
 log = logging.getLogger("tracetrain.learner")
 FORMAT = ('{"prompt": [{"role": ..., "content": ...}, ...], '
@@ -187,12 +188,12 @@ FLOOR = 0.1  # of the peak at the last step
 def rate(k: int, total: int, peak: float, schedule: str) -> float:
     """Step `k`'s (1-based, of `total`) learning rate. `cosine`: one pass over worked problems
     ends on small steps rather than at the peak, so the version served first is not the last
-    few batches' (a decay to a tenth, as TRL's SFT recipes decay theirs)."""
+    few batches'; to a tenth rather than to 0, so that its last problems still teach."""
     if schedule == "constant":
         return peak
     if schedule != "cosine":
-        raise LearnerError(f"learner.warm_start_schedule {schedule!r}: expected constant or "
-                           "cosine")
+        raise LearnerError(f"learner.warm_start_schedule {schedule!r}: expected "
+                           f"{one_of(WARM_START_SCHEDULES)}")
     warmup = max(1, round(total * WARMUP_SHARE))
     if k <= warmup:
         return peak * k / warmup
