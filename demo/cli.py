@@ -58,7 +58,7 @@ def demo(
     warm_start: int = typer.Option(None, "--warm-start", min=0, help="Worked problems (of the "
                                    "training phrasings) the learner imitates before any traffic, "
                                    "served as version 1 (calc's openai front end; default 1300 "
-                                   "there in sft, 450 in the modes whose loss runs every row "
+                                   "there in sft and rl, 450 in kto, whose loss runs every row "
                                    "whole, 0 elsewhere; 0: none)."),
     rehearsal: int = typer.Option(None, "--rehearsal", min=0, help="Worked problems (others "
                                   "than the warm start's) the learner imitates in every traffic "

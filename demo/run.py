@@ -89,9 +89,10 @@ class DemoOptions:
         if self.warm_start is not None:
             return self.warm_start
         default = WARM_START.get((self.task, self.front_end), 0)
-        # only `sft` runs a batch's shared prompt once (learner/shared_prefix.py): the other
-        # modes' losses run every row whole, and 1300 would not end within 30 minutes
-        return default if self.mode == "sft" else min(default, WARM_START_WHOLE_ROWS)
+        # `sft` and `rl`'s warm start run a batch's shared prompt once
+        # (learner/shared_prefix.py): `kto`'s loss runs every row whole, and 1300 would not
+        # end within 30 minutes
+        return default if self.mode != "kto" else min(default, WARM_START_WHOLE_ROWS)
 
     @property
     def rehearsal_per_step(self) -> int:

@@ -75,19 +75,7 @@ def loss(policy, transitions: list[dict], advantages: list[float], inputs: dict)
         keep = [t for t in transitions if t["credited_return"] >= policy.learner.sft_min_reward]
         if not keep:
             return None, {}
-        examples = []
-        for t in keep:
-            response = t["response_token_ids"][:cut]
-            prompt = t["prompt_token_ids"][-max(1, cut - len(response)):]
-            # Labels of -100 are not trained: the prompt, and the tool results between a warm
-            # start's chained calls. Given as labels: TRL 1.x's collator no longer reads a
-            # `completion_mask` (it folds it into labels when it prepares a dataset, which we
-            # never use), and without labels it trained the prompt's tokens too.
-            trained = response_tool_mask(t, response)
-            examples.append({"input_ids": prompt + response,
-                             "labels": [-100] * len(prompt) + [
-                                 token if keep else -100
-                                 for token, keep in zip(response, trained, strict=True)]})
+        examples = imitation_examples(keep, cut)
         # The rows' shared prefix (a calc batch's system prompt) run once: the same loss.
         found = (shared_prefix.imitation_loss(policy.model, examples)
                  if policy.learner.share_prefix else None)
@@ -110,6 +98,39 @@ def loss(policy, transitions: list[dict], advantages: list[float], inputs: dict)
         value = trainer.compute_loss(policy.model, _to(batch, policy.device))
         return value, {"desirable": float(sum(a > 0 for a in advantages))}
     raise LearnerError(f"mode {policy.learner.mode!r} has no offline loss")
+
+
+def imitation_examples(transitions: list[dict], cut: int) -> list[dict]:
+    """TRL's collator's rows for imitating `transitions`: `{"input_ids", "labels"}`, the
+    sequence cut to `cut` tokens from the response's end."""
+    examples = []
+    for t in transitions:
+        response = t["response_token_ids"][:cut]
+        prompt = t["prompt_token_ids"][-max(1, cut - len(response)):]
+        # Labels of -100 are not trained: the prompt, and the tool results between a warm
+        # start's chained calls. Given as labels: TRL 1.x's collator no longer reads a
+        # `completion_mask` (it folds it into labels when it prepares a dataset, which we
+        # never use), and without labels it trained the prompt's tokens too.
+        trained = response_tool_mask(t, response)
+        examples.append({"input_ids": prompt + response,
+                         "labels": [-100] * len(prompt) + [
+                             token if keep else -100
+                             for token, keep in zip(response, trained, strict=True)]})
+    return examples
+
+
+def shared_imitation(policy, transitions: list[dict]):
+    """(loss, metrics) of imitating every one of `transitions` with their shared prefix run
+    once, in any mode (`rl`'s warm start: trainer.py `train_step(imitate=True)`); None where
+    learner/shared_prefix.py declines the batch or `learner.share_prefix` is off."""
+    if not policy.learner.share_prefix:
+        return None
+    found = shared_prefix.imitation_loss(
+        policy.model, imitation_examples(transitions, policy.learner.max_length))
+    if found is None:
+        return None
+    value, shared = found
+    return value, {"imitated": float(len(transitions)), "shared_prefix_tokens": float(shared)}
 
 
 def _to(batch: dict, device) -> dict:

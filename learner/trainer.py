@@ -139,7 +139,12 @@ class PolicyTrainer:
         return offline_modes.scorer(self)
 
     def train_step(self, transitions: list[dict], advantages: list[float],
-                   weights: list[float]) -> dict[str, float]:
+                   weights: list[float], imitate: bool = False) -> dict[str, float]:
+        """One optimizer step on `transitions`. `imitate` (the warm start's demonstrations):
+        in `rl`, on one rank, the imitation loss with the batch's shared prefix run once
+        (offline_modes.shared_imitation) where it takes the batch, rather than the GRPO loss,
+        which runs every row whole: with advantage 1 on policy both raise the demonstrations'
+        log-probs (GRPO's mean per sequence, imitation's per token), at about half the cost."""
         if self.ranks is not None and self.ranks.leader:
             self.ranks.tell(("step", transitions, advantages, weights))
         started = time.perf_counter()
@@ -147,7 +152,14 @@ class PolicyTrainer:
         if self.learner.mode == "rl" and self.learner.loss_normalisation == "rollout":
             weights = [w * r for w, r in zip(weights, rollout_weights(transitions), strict=True)]
         inputs = self.inputs(transitions, advantages, weights)
-        if self.ranks is not None:
+        imitated = None
+        if imitate and self.ranks is None and self.learner.mode == "rl":
+            from learner import offline_modes
+
+            imitated = offline_modes.shared_imitation(self, transitions)
+        if imitated is not None:
+            loss, metrics = imitated
+        elif self.ranks is not None:
             loss, metrics = self._ranked_loss(inputs)  # its backward is taken
         elif self.learner.mode == "rl":
             loss, metrics = self._accumulated_loss(inputs, 1.0, self.model)  # backward taken
@@ -160,7 +172,7 @@ class PolicyTrainer:
         if not torch.isfinite(loss.detach()):
             self.optimizer.zero_grad(set_to_none=True)
             raise NonFiniteStep("non_finite_loss", f"the step's loss is {float(loss.detach()):g}")
-        if self.ranks is None and self.learner.mode != "rl":
+        if self.ranks is None and (self.learner.mode != "rl" or imitated is not None):
             loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.learner.max_grad_norm)
         if hasattr(grad_norm, "full_tensor"):  # sharded: a DTensor, the norm over all shards

@@ -20,9 +20,11 @@ renders for the same messages), the completion is the assistant's text and the t
 end, as a sampled response ends. A demonstration that continues the one before it (a worked
 problem's second call) is trained in one sequence with it (`chains`, `transitions`). Every
 sequence is trained as a transition with return 1 and advantage 1 in whatever mode the learner
-runs: in `sft` the imitation loss (a mean over the batch's trained tokens), in `rl` the policy
-gradient of an on-policy ratio (the same direction; `grpo` takes a mean per sequence), in
-`kto` a desirable example.
+runs: in `sft` the imitation loss (a mean over the batch's trained tokens); in `rl` the same
+imitation loss with the batch's shared prefix run once (trainer.py `train_step(imitate=True)`),
+or, where that does not take the batch (a single row, several ranks, `share_prefix` off), the
+policy gradient of an on-policy ratio (the same direction; `grpo` takes a mean per sequence);
+in `kto` a desirable example.
 
 It runs once: only when the learner starts with no registered checkpoint of its model (a
 restart resumes from the warm start's version instead), for `warm_start_epochs` passes in an
@@ -176,7 +178,8 @@ def steps(policy, path: Path, epochs: int, threads: int | None
             for k, batch in enumerate(batches, 1):
                 set_rate(rate(k, len(batches), peak, learner.warm_start_schedule))
                 ones = [1.0] * len(batch)
-                yield k, len(batches), batch, policy.train_step(batch, ones, ones)
+                yield k, len(batches), batch, policy.train_step(batch, ones, ones,
+                                                                  imitate=True)
     finally:
         torch.set_num_threads(before)
 

@@ -224,19 +224,20 @@ def test_the_calc_demo_works_its_problems_in_the_style_asked(tmp_path):
 
 
 def test_the_calc_warm_start_is_longer_where_the_learner_shares_the_prompt():
-    """sft runs a batch's shared prompt once (learner/shared_prefix.py): 1300 worked problems
-    fit its 30 minutes; rl's and kto's losses run every row whole, so they take 450."""
+    """sft, and rl's warm start, run a batch's shared prompt once (learner/shared_prefix.py):
+    1300 worked problems fit their 30 minutes; kto's loss runs every row whole, so it takes 450."""
     from demo.run import DemoOptions
 
     assert DemoOptions().warm_start_problems == 1300
-    assert DemoOptions(mode="rl").warm_start_problems == 450
+    assert DemoOptions(mode="rl").warm_start_problems == 1300
     assert DemoOptions(mode="kto").warm_start_problems == 450
     assert DemoOptions(mode="rl", warm_start=700).warm_start_problems == 700  # as asked
     assert DemoOptions(task="sql").warm_start_problems == 0
     # a comparison starts every mode from the same worked problems
     from demo.compare import same_warm_start
 
-    assert same_warm_start(DemoOptions(), ("rl", "sft")).warm_start == 450
+    assert same_warm_start(DemoOptions(), ("rl", "sft")).warm_start == 1300
+    assert same_warm_start(DemoOptions(), ("kto", "sft")).warm_start == 450
     assert same_warm_start(DemoOptions(warm_start=900), ("rl", "sft")).warm_start == 900
 
 

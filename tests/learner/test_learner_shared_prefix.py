@@ -135,3 +135,46 @@ def test_the_sft_step_is_the_same_with_and_without_the_shared_prefix(tmp_path, t
     apart = torch.cat([(shared[k] - unshared[k]).flatten() for k in shared])
     assert float(moved.norm()) > 0 and float(apart.norm() / moved.norm()) < 3e-2  # measured 1e-6
     assert any(float(v.abs().sum()) > 0 for k, v in shared.items() if "lora_B" in k)
+
+
+def _mean_labelled_logprob(model, examples: list[dict]) -> float:
+    """Minus the mean log-prob of the labelled tokens, one plain forward a row: TRL's sft loss
+    computed the long way, the reference for the shared-prefix path."""
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for e in examples:
+            logits = model(input_ids=torch.tensor([e["input_ids"]])).logits[0].float()
+            logps = logits[:-1].log_softmax(-1)
+            for position, label in enumerate(e["labels"][1:]):
+                if label != shared_prefix.IGNORED:
+                    total, count = total + float(logps[position, label]), count + 1
+    return -total / count
+
+
+def test_rls_warm_start_imitates_with_the_shared_prefix_and_its_traffic_keeps_grpo(
+        tmp_path, tiny_model_dir):
+    """`rl`'s warm start steps (`imitate=True`) take the sft loss with the batch's prompt run
+    once, which is what lets an rl demo warm start on as many worked problems as sft's; its
+    traffic steps, and a batch the shared prefix does not take, keep the GRPO loss."""
+    settings = learner_settings(load_settings(home=tmp_path), tiny_model_dir, mode="rl",
+                                lr=1e-2, batch_size=6, lora_targets=list(LORA_ALL_LINEAR))
+    policy = PolicyTrainer(settings, tmp_path / "work")
+    rows = _calc_rows(tmp_path, policy.tokenizer)
+    examples = offline_modes.imitation_examples(rows, policy.learner.max_length)
+    ones = [1.0] * len(rows)
+    policy.model.eval()
+    want = _mean_labelled_logprob(policy.model, examples)
+
+    first = policy.train_step(rows, ones, ones, imitate=True)
+    assert first["shared_prefix_tokens"] == _common_prefix([r["prompt_token_ids"] for r in rows])
+    assert first["imitated"] == len(rows)
+    assert first["loss"] == pytest.approx(want, abs=1e-4)
+    policy.model.eval()
+    assert _mean_labelled_logprob(policy.model, examples) < want  # it stepped towards them
+
+    # the same rows as traffic, and one row alone as a warm start: GRPO's loss
+    for batch, imitate in ((rows, False), (rows[:1], True)):
+        metrics = policy.train_step(batch, [1.0] * len(batch), [1.0] * len(batch),
+                                    imitate=imitate)
+        assert "shared_prefix_tokens" not in metrics and "imitated" not in metrics
+        assert "clip_fraction" in metrics, metrics  # policy_loss.py's GRPO metrics
