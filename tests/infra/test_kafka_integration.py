@@ -9,6 +9,7 @@ import time
 
 import pytest
 from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, ConfigResource
 
 from infra import processes, topics
 from infra.kafka import broker
@@ -104,6 +105,12 @@ def test_three_brokers_replicate_three_ways(kafka_home):
         producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
         producer.produce(settings.spans, key=b"r", value=Codec().encode("Span", span()))
         assert producer.flush(30) == 0
+        # the log cleaner's buffer fits a small heap: Kafka's 128 MiB in one piece killed a
+        # 256 MB broker at start-up now and then (OutOfMemoryError)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        resource = ConfigResource(ConfigResource.Type.BROKER, "1")
+        config = admin.describe_configs([resource])[resource].result(timeout=30)
+        assert int(config["log.cleaner.dedupe.buffer.size"].value) == 32 * 1024 * 1024
     finally:
         assert sorted(broker.stop(kafka_home)) == ["kafka-1", "kafka-2", "kafka-3"]
 
